@@ -1,0 +1,49 @@
+"""Decoding settings, validated once so that every entry point (API, CLI, bench) rejects the same
+nonsense with the same message."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import PardecError
+
+METHODS = ("ar", "threshold", "eb", "spec")
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    method: str = "spec"
+    block_size: int = 4  # D: slots predicted per forward
+    threshold: float = 0.9  # threshold: keep slots while confidence >= this
+    confidence: str = "prob"  # threshold: "prob" (max probability) or "entropy" (1 - H / log V)
+    gamma: float = 0.5  # eb: entropy budget (nats) per forward
+    temperature: float = 0.0  # 0 = greedy
+    top_p: float = 1.0
+    seed: int | None = None
+    max_new_tokens: int = 256
+    stop: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise PardecError(f"unknown method '{self.method}': choose one of {', '.join(METHODS)}")
+        if not isinstance(self.block_size, int) or self.block_size < 1:
+            raise PardecError(f"block size must be an integer >= 1, got {self.block_size}")
+        if self.method == "spec" and self.block_size < 2:
+            raise PardecError("spec needs a block size >= 2 (one slot for the bonus token, the rest drafts)")
+        if not 0.0 <= self.threshold <= 1.0:
+            raise PardecError(f"threshold must lie in [0, 1], got {self.threshold}")
+        if self.confidence not in ("prob", "entropy"):
+            raise PardecError(f"confidence must be 'prob' or 'entropy', got '{self.confidence}'")
+        if self.gamma < 0:
+            raise PardecError(f"gamma must be >= 0, got {self.gamma}")
+        if self.temperature < 0:
+            raise PardecError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise PardecError(f"top-p must lie in (0, 1], got {self.top_p}")
+        if self.max_new_tokens < 1:
+            raise PardecError(f"max new tokens must be >= 1, got {self.max_new_tokens}")
+
+    @property
+    def slots(self) -> int:
+        """Block slots fed per forward (AR feeds none)."""
+        return 0 if self.method == "ar" else self.block_size

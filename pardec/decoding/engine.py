@@ -1,0 +1,134 @@
+"""The decoding loop: a batch of token-id prompts in, committed tokens and statistics out.
+
+Every method runs this same loop; only the policy differs. Each iteration is one target forward
+(`block_step`), after which each row commits what its policy decided and the cache is trimmed back to
+committed text. Finished rows leave the batch.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from ..cache import BlockCache
+from ..errors import PardecError
+from .config import DecodeConfig
+from .policies import POLICIES
+from .state import Row
+from .step import block_step
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    tokens: list[int]  # generated token ids (stop token excluded)
+    forwards: int  # target forward passes that produced them (the prompt's forward included)
+    accepted_per_step: list[int]  # tokens committed by each forward
+    seconds: float
+    finish: str  # "stop" (end-of-turn token or stop string) or "length"
+
+    @property
+    def tokens_per_forward(self) -> float:
+        return len(self.tokens) / max(self.forwards, 1)
+
+
+# on_commit(prompt index, newly committed token ids) -> None, or the number of those tokens to keep
+# before stopping (a stop string was found).
+CommitHook = Callable[[int, list[int]], int | None]
+
+
+def context_limit(model) -> int | None:
+    return getattr(model.config, "max_position_embeddings", None)
+
+
+def decode(
+    model,
+    prompts: list[list[int]],
+    config: DecodeConfig,
+    mask_id: int,
+    stop_ids: set[int] | frozenset[int] = frozenset(),
+    on_commit: CommitHook | None = None,
+) -> list[GenerationResult]:
+    """Decode a batch of prompts (lists of token ids, any lengths) with `config.method`."""
+    if not prompts:
+        return []
+    limit = context_limit(model)
+    for i, p in enumerate(prompts):
+        if not p:
+            raise PardecError(f"prompt {i} is empty")
+        if limit is not None and len(p) + 2 * config.slots + 2 > limit:
+            raise PardecError(
+                f"prompt {i} has {len(p)} tokens, more than the model's context of {limit} allows"
+            )
+    gen = None
+    if config.temperature > 0:
+        gen = torch.Generator(device=model.device)
+        gen.manual_seed(config.seed if config.seed is not None else torch.seed())
+    policy = POLICIES[config.method](config, mask_id, gen)
+    device = model.device
+
+    # Room for the block slots and drafts fed beyond the committed text must stay inside the context.
+    reserve = 2 * config.slots + 1
+    rows = [
+        Row(index=i, committed=list(p), n_prompt=len(p),
+            budget=min(config.max_new_tokens, limit - len(p) - reserve) if limit else config.max_new_tokens)
+        for i, p in enumerate(prompts)
+    ]
+    cache = BlockCache.empty(len(rows), model.config, device)
+    results: dict[int, GenerationResult] = {}
+    t0 = time.perf_counter()
+    while rows:
+        drafts = [policy.drafts(r) for r in rows]
+        pending = [r.committed[n:] + d for r, n, d in zip(rows, cache.n_cached, drafts)]
+        blocks = [policy.block(r) for r in rows]
+        out = block_step(
+            model, cache, pending, blocks if blocks[0] is not None else None,
+            policy.n_ntp, suppress=[mask_id],
+        )
+        keep = torch.zeros_like(out.pending_valid)  # [B, P]
+        P = keep.shape[1]
+        finished = []
+        for b, r in enumerate(rows):
+            n_real = min(len(pending[b]), out.ntp_logits.shape[1])
+            upd = policy.update(r, out.ntp_logits[b, out.ntp_logits.shape[1] - n_real :], out.block_logits[b])
+            # Pending slots now holding committed text: the uncached committed ones + accepted drafts.
+            n_keep = len(pending[b]) - len(drafts[b]) + upd.keep_drafts
+            keep[b, P - len(pending[b]) : P - len(pending[b]) + n_keep] = True
+            r.forwards += 1
+            new = _truncate(r, upd.commit, stop_ids, on_commit)
+            r.committed.extend(new)
+            r.accepted.append(len(new))
+            if r.finish is not None:
+                r.seconds = time.perf_counter() - t0
+                results[r.index] = GenerationResult(
+                    tokens=r.new_tokens, forwards=r.forwards, accepted_per_step=r.accepted,
+                    seconds=r.seconds, finish=r.finish,
+                )
+                finished.append(b)
+        cache.commit(out.fed_pos, keep, len(blocks[0]) if blocks[0] is not None else 0)
+        if finished:
+            alive = [b for b in range(len(rows)) if b not in finished]
+            rows = [rows[b] for b in alive]
+            if rows:
+                cache.select(alive)
+    return [results[i] for i in range(len(prompts))]
+
+
+def _truncate(row: Row, tokens: list[int], stop_ids, on_commit) -> list[int]:
+    """Cut newly committed tokens at an end-of-turn token, a stop string or the length budget,
+    setting row.finish when the row is done."""
+    for i, t in enumerate(tokens):
+        if t in stop_ids:
+            tokens, row.finish = tokens[:i], "stop"
+            break
+    room = row.budget - len(row.new_tokens)
+    if len(tokens) >= room:
+        tokens = tokens[:room]
+        row.finish = row.finish or "length"
+    if on_commit is not None and tokens:
+        cut = on_commit(row.index, tokens)
+        if cut is not None:
+            tokens, row.finish = tokens[:cut], "stop"
+    return tokens

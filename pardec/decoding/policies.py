@@ -1,0 +1,125 @@
+"""Decoding policies over the block step: what each row feeds, and what it commits afterwards.
+
+Each policy answers three questions per row: which tokens to feed after its uncached committed text
+(`drafts`), what to put in the block slots (`block`, None for none), and, given the forward's logits,
+which tokens to commit (`update`). Sampling uses the caller's generator so runs are reproducible.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import sampling
+from .config import DecodeConfig
+from .state import Row, Update
+
+
+class Policy:
+    n_ntp = 1  # NTP logits needed per row, counted from the end of the pending tokens
+
+    def __init__(self, config: DecodeConfig, mask_id: int, generator: torch.Generator | None):
+        self.cfg, self.mask_id, self.gen = config, mask_id, generator
+
+    def drafts(self, row: Row) -> list[int]:
+        return []
+
+    def block(self, row: Row) -> list[int] | None:
+        return [self.mask_id] * self.cfg.block_size
+
+    def update(self, row: Row, ntp: torch.Tensor, block: torch.Tensor) -> Update:
+        """ntp: [n, V] NTP logits of this row's last n pending tokens (n may be 0);
+        block: [D, V] block logits."""
+        raise NotImplementedError
+
+    def _choose(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return sampling.choose(logits, self.cfg.temperature, self.cfg.top_p, self.gen)
+
+
+class AR(Policy):
+    """Plain autoregressive decoding: one token per forward from the last NTP logit."""
+
+    def block(self, row):
+        return None
+
+    def update(self, row, ntp, block):
+        tokens, _ = self._choose(ntp[-1:])
+        return Update(commit=tokens.tolist())
+
+
+class Threshold(Policy):
+    """SDLM next-sequence prediction: the first token comes from the NTP logit (exactly the model's
+    next token), the following slots from the block; keep the longest prefix whose confidence
+    reaches the threshold."""
+
+    def update(self, row, ntp, block):
+        logits = torch.cat([ntp[-1:], block[1:]])  # [D, V]
+        tokens, _ = self._choose(logits)
+        conf = sampling.confidence(logits[1:], self.cfg.confidence)  # [D - 1]
+        n = 1
+        while n < len(tokens) and conf[n - 1] >= self.cfg.threshold:
+            n += 1
+        return Update(commit=tokens[:n].tolist())
+
+
+class EntropyBounded(Policy):
+    """SBD entropy-bounded sampler: reveal the lowest-entropy masked slots while their summed entropy
+    stays within gamma (at least one per forward), refine the rest next forward, commit the block once
+    every slot is revealed. In a block's first forward slot 0 uses the NTP logit."""
+
+    def block(self, row):
+        if row.block is None:
+            row.block = [self.mask_id] * self.cfg.block_size
+        return list(row.block)
+
+    def update(self, row, ntp, block):
+        logits = block.clone()  # [D, V]
+        if len(ntp) and row.block[0] == self.mask_id:
+            logits[0] = ntp[-1]
+        hidden = [j for j, t in enumerate(row.block) if t == self.mask_id]
+        tokens, _ = self._choose(logits[hidden])
+        ent = sampling.entropy(logits[hidden])
+        order = ent.argsort().tolist()
+        budget, reveal = 0.0, []
+        for i in order:
+            if reveal and budget + ent[i].item() > self.cfg.gamma:
+                break
+            budget += ent[i].item()
+            reveal.append(i)
+        for i in reveal:
+            row.block[hidden[i]] = int(tokens[i])
+        if self.mask_id in row.block:
+            return Update(commit=[])
+        done, row.block = row.block, None
+        return Update(commit=done)
+
+
+class Speculative(Policy):
+    """Lossless self-speculation: the block predicted in one forward is the next forward's draft,
+    verified by that forward's NTP logits, which at the same time predict the next block."""
+
+    @property
+    def n_ntp(self):
+        return self.cfg.block_size  # drafts (at most D - 1) plus the token before them
+
+    def drafts(self, row):
+        return list(row.drafts)
+
+    def update(self, row, ntp, block):
+        m = len(row.drafts)
+        greedy = self.cfg.temperature == 0
+        n, bonus = sampling.accept_drafts(
+            row.drafts, None if greedy else row.draft_probs, ntp[-(m + 1) :],
+            self.cfg.temperature, self.cfg.top_p, self.gen,
+        )
+        commit = row.drafts[:n] + [bonus]
+        if n == m:
+            # The block sat right after the drafts: slot 0 is the bonus position, slots 1.. follow it.
+            tokens, probs = self._choose(block[1:])
+            row.drafts, row.draft_probs = tokens.tolist(), (None if greedy else probs)
+        else:
+            # The block was predicted after a rejected draft: it is stale.
+            row.drafts, row.draft_probs = [], None
+        return Update(commit=commit, keep_drafts=n)
+
+
+POLICIES = {"ar": AR, "threshold": Threshold, "eb": EntropyBounded, "spec": Speculative}

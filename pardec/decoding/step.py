@@ -1,0 +1,86 @@
+"""The one step primitive every decoder is a policy over.
+
+A step feeds, per row, [pending tokens (causal)] + [D block slots (bidirectional among themselves,
+seeing all committed and pending text)] in one forward, and returns the NTP logits of the last pending
+tokens and the block logits. Rows are left-padded to the same number of pending tokens, so the last
+pending token of every row sits at the same index and the block slots follow it.
+
+Block slot j of a row whose pending text ends at position t-1 sits at position t + j and predicts the
+token at its own position t + j (slot 0 predicts what the last NTP logit predicts). Own-position
+prediction is what lets the entropy-bounded sampler reveal any subset of slots: a revealed slot holds
+its token at its own position.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..cache import BlockCache
+from ..masks import CLEAN, additive, block_attention
+
+
+@dataclass
+class StepOutput:
+    ntp_logits: torch.Tensor  # [B, N, V] float32: NTP logits of the last N pending slots
+    block_logits: torch.Tensor  # [B, D, V] float32
+    fed_pos: torch.Tensor  # [B, P] logical positions of the pending slots (padding: 0)
+    pending_valid: torch.Tensor  # [B, P] bool: real (not padding) pending slots
+
+
+@torch.no_grad()
+def block_step(
+    model,
+    cache: BlockCache,
+    pending: list[list[int]],  # per row: tokens fed causally, at positions n_cached, n_cached + 1, ...
+    block: list[list[int]] | None,  # per row: D slot tokens ([MASK] or revealed); None = no block (AR)
+    n_ntp: int,  # NTP logits wanted per row, counted from the end of pending
+    suppress: list[int],  # token ids never to predict (the [MASK] token)
+    pad_id: int = 0,
+) -> StepOutput:
+    device = cache.k_pos.device
+    B = len(pending)
+    P = max(len(p) for p in pending)
+    D = len(block[0]) if block else 0
+    n_ntp = min(n_ntp, P)
+
+    lens = torch.tensor([len(p) for p in pending], device=device)  # [B]
+    start = torch.tensor(cache.n_cached, device=device)  # [B] position of the first pending token
+    col = torch.arange(P, device=device)[None, :]  # [1, P]
+    pending_valid = col >= (P - lens[:, None])  # [B, P] left padding
+    fed_pos = (start[:, None] + col - (P - lens[:, None])).clamp_min(0) * pending_valid
+    ids = torch.full((B, P + D), pad_id, dtype=torch.long, device=device)
+    for b, p in enumerate(pending):
+        if p:
+            ids[b, P - len(p) : P] = torch.tensor(p, device=device)
+    block_start = start + lens  # [B]
+    q_pos, q_block = fed_pos, torch.full((B, P), CLEAN, device=device)
+    if D:
+        ids[:, P:] = torch.tensor(block, device=device)
+        slot_pos = block_start[:, None] + torch.arange(D, device=device)[None, :]  # [B, D]
+        q_pos = torch.cat([q_pos, slot_pos], 1)
+        q_block = torch.cat([q_block, torch.zeros(B, D, dtype=torch.long, device=device)], 1)
+    q_valid = torch.cat([pending_valid, torch.ones(B, D, dtype=torch.bool, device=device)], 1)
+    q_start = block_start[:, None].expand(B, P + D)
+
+    allowed = block_attention(
+        q_pos,
+        q_block,
+        q_start,
+        k_pos=torch.cat([cache.k_pos, q_pos], 1),
+        k_block=torch.cat([torch.full_like(cache.k_pos, CLEAN), q_block], 1),
+        k_valid=torch.cat([cache.k_valid, q_valid], 1),
+    )  # [B, P + D, S + P + D]
+    out = model(
+        input_ids=ids,
+        attention_mask=additive(allowed, model.dtype),
+        position_ids=q_pos,
+        cache=cache.kv,
+        use_cache=True,
+        logits_to_keep=n_ntp + D,
+    )
+    logits = out.logits.float()  # [B, n_ntp + D, V]
+    if suppress:
+        logits[..., suppress] = float("-inf")
+    return StepOutput(logits[:, :n_ntp], logits[:, n_ntp:], fed_pos, pending_valid)
