@@ -45,6 +45,13 @@ class BlockCache:
             self.kv.crop(-n_block)  # transformers 5: a negative count = tokens to drop
         self.k_pos = torch.cat([self.k_pos, fed_pos], 1)
         self.k_valid = torch.cat([self.k_valid, keep], 1)
+        # Trailing slots no row keeps (drafts rejected everywhere) are cropped, not hidden: with
+        # batch 1 the cache then holds exactly the committed tokens.
+        used = self.k_valid.any(0).nonzero()
+        tail = self.length - (int(used[-1]) + 1 if len(used) else 0)
+        if tail:
+            self.kv.crop(-tail)
+            self.k_pos, self.k_valid = self.k_pos[:, :-tail], self.k_valid[:, :-tail]
         for b, n in enumerate(keep.sum(1).tolist()):
             self.n_cached[b] += n
         assert self.kv.get_seq_length() == self.length

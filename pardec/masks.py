@@ -23,13 +23,15 @@ def block_attention(
     k_pos: torch.Tensor,  # [B, K]
     k_block: torch.Tensor,  # [B, K]
     k_valid: torch.Tensor,  # [B, K] bool
+    q_valid: torch.Tensor | None = None,  # [B, Q] bool; padding queries see nothing
 ) -> torch.Tensor:  # [B, Q, K] bool, True = may attend
     qp, qb, qs = q_pos[:, :, None], q_block[:, :, None], q_block_start[:, :, None]
     kp, kb = k_pos[:, None, :], k_block[:, None, :]
     k_clean = kb == CLEAN
     clean_q = (qb == CLEAN) & k_clean & (kp <= qp)
     block_q = (qb != CLEAN) & ((k_clean & (kp < qs)) | (kb == qb))
-    return (clean_q | block_q) & k_valid[:, None, :]
+    allowed = (clean_q | block_q) & k_valid[:, None, :]
+    return allowed if q_valid is None else allowed & q_valid[:, :, None]
 
 
 def additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

