@@ -14,11 +14,14 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from . import adapters
 from .errors import PardecError
 
 SETTINGS = "pardec.json"
 WEIGHTS = "adapter.safetensors"
-KINDS = ("full",)  # tensors that replace the base model's parameters of the same name
+# full: tensors that replace the base model's parameters of the same name;
+# lora / gated-lora: low-rank adapters attached to the base model (adapters.py).
+KINDS = ("full", "lora", "gated-lora")
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,9 @@ class CheckpointSettings:
     objective: str
     adapter: str  # one of KINDS
     vocab_size: int
+    base_sha256: str | None = None  # of the packaged GGUF, where the base is a packaged alias
+    lora: dict | None = None  # LoRAConfig fields, for the lora kinds
+    training: dict | None = None  # every training setting, for the record
 
 
 def save(path: str | Path, settings: CheckpointSettings, tensors: dict[str, torch.Tensor]) -> None:
@@ -64,8 +70,18 @@ def apply(model, path: str | Path, base_model: str, mask_id: int) -> CheckpointS
         tensors = load_file(str(Path(path) / WEIGHTS))
     except Exception as e:  # safetensors raises several types for truncated or garbled files
         raise PardecError(f"corrupt checkpoint weights in '{path}': {e}") from e
+    if settings.adapter in adapters.KINDS:
+        cfg = dict(settings.lora or {})
+        cfg["targets"] = tuple(cfg.get("targets", adapters.TARGETS))
+        adapters.attach(model, adapters.LoRAConfig(**cfg))
+        model.eval()
+        missing = set(adapters.adapter_state(model)) - set(tensors)
+        if missing:
+            raise PardecError(f"checkpoint '{path}' lacks adapter tensors (e.g. '{sorted(missing)[0]}')")
     params = dict(model.named_parameters())
     for name, value in tensors.items():
+        if name.startswith("optimizer."):
+            continue  # resume state, not weights
         if name not in params or params[name].shape != value.shape:
             raise PardecError(f"checkpoint '{path}' does not fit this model (tensor '{name}')")
         params[name].copy_(value.to(params[name].dtype))

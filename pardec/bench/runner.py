@@ -191,7 +191,7 @@ def plot(result: dict, out: Path) -> list[Path]:
     for k, r in enumerate(recs):
         xs = [int(x) for x in r["accepted_hist"]]
         total = sum(r["accepted_hist"].values())
-        ax.bar([x + k * width for x in xs], [v / total for v in r["accepted_hist"].values()], width, label=r["method"])
+        ax.bar([x - 0.4 + (k + 0.5) * width for x in xs], [v / total for v in r["accepted_hist"].values()], width, label=r["method"])
     ax.set_xlabel("tokens committed per forward")
     ax.set_ylabel("fraction of forwards")
     ax.legend(fontsize=8)

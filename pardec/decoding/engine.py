@@ -85,7 +85,7 @@ def decode(
         blocks = [policy.block(r) for r in rows]
         out = block_step(
             model, cache, pending, blocks if blocks[0] is not None else None,
-            policy.n_ntp, suppress=[mask_id],
+            policy.n_ntp, mask_id,
         )
         keep = torch.zeros_like(out.pending_valid)  # [B, P]
         P = keep.shape[1]

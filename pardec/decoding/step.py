@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..adapters import gated
 from ..cache import BlockCache
 from ..masks import CLEAN, additive, block_attention
 
@@ -36,7 +37,7 @@ def block_step(
     pending: list[list[int]],  # per row: tokens fed causally, at positions n_cached, n_cached + 1, ...
     block: list[list[int]] | None,  # per row: D slot tokens ([MASK] or revealed); None = no block (AR)
     n_ntp: int,  # NTP logits wanted per row, counted from the end of pending
-    suppress: list[int],  # token ids never to predict (the [MASK] token)
+    mask_id: int,  # never predicted; gated adapters act where it is the input
     pad_id: int = 0,
 ) -> StepOutput:
     device = cache.k_pos.device
@@ -73,15 +74,15 @@ def block_step(
         k_valid=torch.cat([cache.k_valid, q_valid], 1),
         q_valid=q_valid,
     )  # [B, P + D, S + P + D]
-    out = model(
-        input_ids=ids,
-        attention_mask=additive(allowed, model.dtype),
-        position_ids=q_pos,
-        cache=cache.kv,
-        use_cache=True,
-        logits_to_keep=n_ntp + D,
-    )
+    with gated(model, ids == mask_id):
+        out = model(
+            input_ids=ids,
+            attention_mask=additive(allowed, model.dtype),
+            position_ids=q_pos,
+            cache=cache.kv,
+            use_cache=True,
+            logits_to_keep=n_ntp + D,
+        )
     logits = out.logits.float()  # [B, n_ntp + D, V]
-    if suppress:
-        logits[..., suppress] = float("-inf")
+    logits[..., mask_id] = float("-inf")
     return StepOutput(logits[:, :n_ntp], logits[:, n_ntp:], fed_pos, pending_valid)

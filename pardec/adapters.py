@@ -1,0 +1,97 @@
+"""LoRA adapters, plain or mask-gated, attached by replacing nn.Linear submodules of a model instance.
+
+A gated adapter applies its low-rank update only where the gate is on: at `[MASK]` positions. Every
+other position, and through the causal rule every clean position's keys and values, is computed by the
+untouched base weights, so the NTP logits stay exactly the base model's. The gate is set per forward
+with `gated(model, on)`; outside that context a gated adapter is off, so plain calls such as
+transformers' `generate` run the base model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+KINDS = ("lora", "gated-lora")
+TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class LoRAConfig:
+    kind: str = "gated-lora"
+    rank: int = 16
+    alpha: float = 32.0
+    targets: tuple[str, ...] = TARGETS
+
+
+class Gate:
+    """The positions where gated updates apply in the current forward: [B, Q] bool, or None (off)."""
+
+    def __init__(self):
+        self.on: torch.Tensor | None = None
+
+
+class LoRALinear(nn.Module):
+    def __init__(self, base: nn.Linear, rank: int, alpha: float, gate: Gate | None, dtype: torch.dtype):
+        super().__init__()
+        self.base, self.gate, self.scale = base, gate, alpha / rank
+        self.lora_a = nn.Parameter(torch.empty(rank, base.in_features, dtype=dtype))
+        self.lora_b = nn.Parameter(torch.zeros(base.out_features, rank, dtype=dtype))
+        nn.init.kaiming_uniform_(self.lora_a, a=math.sqrt(5))  # B = 0: starts as the identity update
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [B, Q, in]
+        y = self.base(x)
+        if self.gate is not None:
+            if self.gate.on is None or not bool(self.gate.on.any()):
+                return y
+            on = self.gate.on[..., None].to(x.dtype)  # [B, Q, 1]
+            return y + (x @ self.lora_a.T @ self.lora_b.T) * (self.scale * on)
+        return y + (x @ self.lora_a.T @ self.lora_b.T) * self.scale
+
+
+def attach(model, config: LoRAConfig, dtype: torch.dtype | None = None) -> dict[str, LoRALinear]:
+    """Wrap every targeted linear layer; freeze the base. Returns the wrappers by module name.
+    Training keeps adapter weights in float32 (dtype) under bf16 autocast; decoding uses the model's."""
+    if config.kind not in KINDS:
+        raise ValueError(f"adapter kind must be one of {KINDS}")
+    gate = Gate() if config.kind == "gated-lora" else None
+    for p in model.parameters():
+        p.requires_grad_(False)
+    wrapped = {}
+    for name, module in list(model.named_modules()):
+        if isinstance(module, nn.Linear) and name.rsplit(".", 1)[-1] in config.targets:
+            lora = LoRALinear(module, config.rank, config.alpha, gate, dtype or module.weight.dtype)
+            model.set_submodule(name, lora)
+            wrapped[name] = lora
+    if not wrapped:
+        raise ValueError(f"no linear layer named {config.targets} in this model")
+    return wrapped
+
+
+def lora_modules(model) -> dict[str, LoRALinear]:
+    return {n: m for n, m in model.named_modules() if isinstance(m, LoRALinear)}
+
+
+def adapter_state(model) -> dict[str, torch.Tensor]:
+    """The trainable tensors, keyed for the checkpoint."""
+    out = {}
+    for name, m in lora_modules(model).items():
+        out[f"{name}.lora_a"], out[f"{name}.lora_b"] = m.lora_a, m.lora_b
+    return out
+
+
+@contextlib.contextmanager
+def gated(model, on: torch.Tensor):
+    """Turn gated adapters on at positions `on` ([B, Q] bool) for the forwards inside the block."""
+    gates = {id(m.gate): m.gate for m in lora_modules(model).values() if m.gate is not None}
+    for g in gates.values():
+        g.on = on
+    try:
+        yield
+    finally:
+        for g in gates.values():
+            g.on = None

@@ -1,0 +1,1 @@
+"""Retrofit training: self-distilled data, block layouts, objectives, the training loop."""

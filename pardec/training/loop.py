@@ -1,0 +1,155 @@
+"""The retrofit loop: AdamW over the adapter, gradient accumulation, checkpoints with a held-out TPF
+check, resumable."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+from tqdm import tqdm
+
+from .. import adapters, checkpoint
+from ..decoding import DecodeConfig, decode
+from ..errors import PardecError
+from .config import TrainConfig
+from .data import Example
+from .layout import sample_blocks
+from .objective import sequence_loss
+
+
+def prepare(model, cfg: TrainConfig) -> list[torch.nn.Parameter]:
+    """Make the adapter's parameters (or all, for `full`) trainable; return them."""
+    if cfg.adapter == "full":
+        for p in model.parameters():
+            p.requires_grad_(True)
+        return [p for p in model.parameters()]
+    adapters.attach(model, adapters.LoRAConfig(cfg.adapter, cfg.lora_rank, cfg.lora_alpha), dtype=torch.float32)
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def trainable_state(model, cfg: TrainConfig) -> dict[str, torch.Tensor]:
+    if cfg.adapter == "full":
+        return {n: p for n, p in model.named_parameters()}
+    return adapters.adapter_state(model)
+
+
+def _lr(cfg: TrainConfig, step: int) -> float:
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    t = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, t))))
+
+
+@torch.no_grad()
+def heldout_tpf(model, prompts: list[list[int]], cfg: TrainConfig, mask_id: int, stop_ids) -> float:
+    model.eval()
+    res = decode(model, prompts, DecodeConfig(method="spec", block_size=max(2, cfg.block_size),
+                                              max_new_tokens=cfg.eval_max_new_tokens), mask_id, stop_ids)
+    model.train()
+    return sum(len(r.tokens) for r in res) / max(1, sum(r.forwards for r in res))
+
+
+def retrofit(model, mask_id: int, train: list[Example], heldout: list[list[int]], cfg: TrainConfig,
+             out: str | Path, base_model: str, base_sha256: str | None, stop_ids=frozenset(),
+             resume: str | Path | None = None, progress: bool = True) -> list[dict]:
+    """Train; write checkpoints to `out` every cfg.eval_every steps and at the end. Returns the history."""
+    if not train:
+        raise PardecError("no training examples")
+    out = Path(out)
+    params = prepare(model, cfg)
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    names = {id(p): n for n, p in trainable_state(model, cfg).items()}
+    step, history = 0, []
+    if resume is not None:
+        step, history = _resume(model, opt, resume, cfg, names)
+    order = torch.randperm(len(train), generator=torch.Generator().manual_seed(cfg.seed)).tolist()
+    cursor = step * cfg.grad_accum
+    model.train()
+    bar = tqdm(total=cfg.steps, initial=step, desc="retrofit", unit="step", disable=not progress)
+    D = cfg.block_size
+    while step < cfg.steps:
+        t0 = time.perf_counter()
+        # Block sampling is seeded per step, so a resumed run draws exactly what an uninterrupted one would.
+        gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+        sums = dict(loss=0.0, tokens=0, slot_loss=torch.zeros(D), correct=torch.zeros(D), count=torch.zeros(D))
+        for _ in range(cfg.grad_accum):
+            ex = train[order[cursor % len(train)]]
+            cursor += 1
+            blocks = sample_blocks(ex.ids, ex.response_start, cfg, mask_id, gen)
+            if blocks is None:
+                continue
+            lo = sequence_loss(model, ex.ids, ex.response_start, blocks, cfg, mask_id)
+            (lo.loss / cfg.grad_accum).backward()
+            sums["loss"] += lo.loss.item() / cfg.grad_accum
+            sums["tokens"] += lo.tokens
+            sums["slot_loss"] += lo.slot_loss.cpu()
+            sums["correct"] += lo.slot_correct.cpu()
+            sums["count"] += lo.slot_count.cpu()
+        for g in opt.param_groups:
+            g["lr"] = _lr(cfg, step)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        step += 1
+        dt = time.perf_counter() - t0
+        n = sums["count"].clamp_min(1)
+        rec = dict(step=step, loss=sums["loss"], tokens=sums["tokens"], seconds=dt,
+                   slot_loss=(sums["slot_loss"] / n).tolist(), slot_acc=(sums["correct"] / n).tolist())
+        history.append(rec)
+        bar.set_postfix_str(f"loss {rec['loss']:.3f} tok/s {rec['tokens'] / dt:.0f} by slot "
+                            + "/".join(f"{x:.2f}" for x in rec["slot_loss"]))
+        bar.update()
+        if step % cfg.eval_every == 0 or step == cfg.steps:
+            tpf = heldout_tpf(model, heldout, cfg, mask_id, stop_ids) if heldout else None
+            history[-1]["heldout_tpf"] = tpf
+            _save(model, opt, out, cfg, step, history, base_model, base_sha256, mask_id, names)
+            bar.write(f"step {step}: checkpoint {out}, held-out spec TPF {tpf if tpf is None else round(tpf, 3)}")
+    bar.close()
+    return history
+
+
+def _save(model, opt, out: Path, cfg, step, history, base_model, base_sha256, mask_id, names):
+    tensors = dict(trainable_state(model, cfg))
+    for p, st in opt.state.items():  # AdamW moments, for an exact resume
+        for k in ("exp_avg", "exp_avg_sq"):
+            tensors[f"optimizer.{names[id(p)]}.{k}"] = st[k]
+    settings = checkpoint.CheckpointSettings(
+        base_model=base_model, mask_token_id=mask_id, block_size=cfg.block_size, objective=cfg.objective,
+        adapter=cfg.adapter, vocab_size=model.get_input_embeddings().weight.shape[0], base_sha256=base_sha256,
+        lora=None if cfg.adapter == "full" else dict(kind=cfg.adapter, rank=cfg.lora_rank, alpha=cfg.lora_alpha),
+        training=dict(dataclasses.asdict(cfg), step=step),
+    )
+    tmp = out.with_name(out.name + ".tmp")
+    checkpoint.save(tmp, settings, tensors)
+    (tmp / "history.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
+    if out.exists():
+        import shutil
+
+        shutil.rmtree(out)
+    tmp.rename(out)  # a crash mid-save never leaves a half-written checkpoint
+
+
+def _resume(model, opt, path, cfg: TrainConfig, names) -> tuple[int, list[dict]]:
+    settings = checkpoint.read_settings(path)
+    saved = dict(settings.training or {})
+    step = saved.pop("step", 0)
+    changed = [k for k, v in saved.items() if getattr(cfg, k, None) != v and k not in ("steps", "eval_every")]
+    if changed:
+        raise PardecError(f"cannot resume: settings differ from the checkpoint's ({', '.join(changed)})")
+    tensors = load_file(str(Path(path) / checkpoint.WEIGHTS))
+    by_name = {n: p for n, p in trainable_state(model, cfg).items()}
+    with torch.no_grad():
+        for n, p in by_name.items():
+            p.copy_(tensors[n])
+    for p in opt.param_groups[0]["params"]:
+        n = names[id(p)]
+        opt.state[p] = {"step": torch.tensor(float(step)), "exp_avg": tensors[f"optimizer.{n}.exp_avg"].clone(),
+                        "exp_avg_sq": tensors[f"optimizer.{n}.exp_avg_sq"].clone()}
+    hist_file = Path(path) / "history.jsonl"
+    history = [json.loads(line) for line in hist_file.read_text().splitlines()] if hist_file.exists() else []
+    return step, history
