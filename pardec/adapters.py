@@ -45,12 +45,13 @@ class LoRALinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [B, Q, in]
         y = self.base(x)
+        if self.gate is not None and (self.gate.on is None or not bool(self.gate.on.any())):
+            return y
+        # float32 adapter weights on a bf16 base (training, then eval inside it) compute in x's dtype
+        update = x @ self.lora_a.T.to(x.dtype) @ self.lora_b.T.to(x.dtype)  # [B, Q, out]
         if self.gate is not None:
-            if self.gate.on is None or not bool(self.gate.on.any()):
-                return y
-            on = self.gate.on[..., None].to(x.dtype)  # [B, Q, 1]
-            return y + (x @ self.lora_a.T @ self.lora_b.T) * (self.scale * on)
-        return y + (x @ self.lora_a.T @ self.lora_b.T) * self.scale
+            update = update * self.gate.on[..., None].to(x.dtype)
+        return y + update * self.scale
 
 
 def attach(model, config: LoRAConfig, dtype: torch.dtype | None = None) -> dict[str, LoRALinear]:

