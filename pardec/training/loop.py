@@ -3,6 +3,7 @@ check, resumable."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -57,9 +58,21 @@ def heldout_tpf(model, prompts: list[list[int]], cfg: TrainConfig, mask_id: int,
 def retrofit(model, mask_id: int, train: list[Example], heldout: list[list[int]], cfg: TrainConfig,
              out: str | Path, base_model: str, base_sha256: str | None, stop_ids=frozenset(),
              resume: str | Path | None = None, progress: bool = True) -> list[dict]:
-    """Train; write checkpoints to `out` every cfg.eval_every steps and at the end. Returns the history."""
+    """Train; write checkpoints to `out` every cfg.eval_every steps and at the end. Returns the history.
+
+    Runs under Hugging Face accelerate: launched as several processes (`accelerate launch` or
+    `torchrun`), each process takes its share of every optimizer step's sequences and DDP averages the
+    gradients, so N processes compute the same update as one process with the same grad_accum.
+    """
+    from accelerate import Accelerator
+
+    train = [ex for ex in train if ex.response_start < len(ex.ids)]  # something to predict
     if not train:
         raise PardecError("no training examples")
+    acc = Accelerator(cpu=model.device.type == "cpu")
+    world, rank = acc.num_processes, acc.process_index
+    if cfg.grad_accum % world:
+        raise PardecError(f"grad accum ({cfg.grad_accum}) must be a multiple of the process count ({world})")
     out = Path(out)
     params = prepare(model, cfg)
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -67,29 +80,31 @@ def retrofit(model, mask_id: int, train: list[Example], heldout: list[list[int]]
     step, history = 0, []
     if resume is not None:
         step, history = _resume(model, opt, resume, cfg, names)
+    forward = acc.prepare_model(model) if world > 1 else model
     order = torch.randperm(len(train), generator=torch.Generator().manual_seed(cfg.seed)).tolist()
-    cursor = step * cfg.grad_accum
     model.train()
-    bar = tqdm(total=cfg.steps, initial=step, desc="retrofit", unit="step", disable=not progress)
+    main = acc.is_main_process
+    bar = tqdm(total=cfg.steps, initial=step, desc="retrofit", unit="step", disable=not (progress and main))
     D = cfg.block_size
     while step < cfg.steps:
         t0 = time.perf_counter()
-        # Block sampling is seeded per step, so a resumed run draws exactly what an uninterrupted one would.
-        gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
-        sums = dict(loss=0.0, tokens=0, slot_loss=torch.zeros(D), correct=torch.zeros(D), count=torch.zeros(D))
-        for _ in range(cfg.grad_accum):
-            ex = train[order[cursor % len(train)]]
-            cursor += 1
+        stats = torch.zeros(2 + 3 * D)  # loss, tokens, slot loss [D], slot hits [D], slot counts [D]
+        mine = list(range(step * cfg.grad_accum, (step + 1) * cfg.grad_accum))[rank::world]
+        for k, i in enumerate(mine):
+            ex = train[order[i % len(train)]]
+            # Blocks are drawn from a generator seeded by the sequence's index in the run: a resumed or
+            # distributed run draws exactly what a single uninterrupted one would.
+            gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + i)
             blocks = sample_blocks(ex.ids, ex.response_start, cfg, mask_id, gen)
-            if blocks is None:
-                continue
-            lo = sequence_loss(model, ex.ids, ex.response_start, blocks, cfg, mask_id)
-            (lo.loss / cfg.grad_accum).backward()
-            sums["loss"] += lo.loss.item() / cfg.grad_accum
-            sums["tokens"] += lo.tokens
-            sums["slot_loss"] += lo.slot_loss.cpu()
-            sums["correct"] += lo.slot_correct.cpu()
-            sums["count"] += lo.slot_count.cpu()
+            sync = acc.no_sync(forward) if world > 1 and k < len(mine) - 1 else contextlib.nullcontext()
+            with sync:
+                lo = sequence_loss(model, ex.ids, ex.response_start, blocks, cfg, mask_id, forward)
+                # DDP averages over processes: scale so the result is the mean over all grad_accum sequences.
+                (lo.loss * world / cfg.grad_accum).backward()
+            stats += torch.cat([torch.tensor([lo.loss.item() / cfg.grad_accum, lo.tokens]),
+                                lo.slot_loss.cpu(), lo.slot_correct.cpu(), lo.slot_count.cpu()])
+        if world > 1:
+            stats = acc.reduce(stats, "sum")
         for g in opt.param_groups:
             g["lr"] = _lr(cfg, step)
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -97,18 +112,20 @@ def retrofit(model, mask_id: int, train: list[Example], heldout: list[list[int]]
         opt.zero_grad(set_to_none=True)
         step += 1
         dt = time.perf_counter() - t0
-        n = sums["count"].clamp_min(1)
-        rec = dict(step=step, loss=sums["loss"], tokens=sums["tokens"], seconds=dt,
-                   slot_loss=(sums["slot_loss"] / n).tolist(), slot_acc=(sums["correct"] / n).tolist())
+        n = stats[2 + 2 * D :].clamp_min(1)
+        rec = dict(step=step, loss=float(stats[0]), tokens=int(stats[1]), seconds=dt,
+                   slot_loss=(stats[2 : 2 + D] / n).tolist(), slot_acc=(stats[2 + D : 2 + 2 * D] / n).tolist())
         history.append(rec)
         bar.set_postfix_str(f"loss {rec['loss']:.3f} tok/s {rec['tokens'] / dt:.0f} by slot "
                             + "/".join(f"{x:.2f}" for x in rec["slot_loss"]))
         bar.update()
         if step % cfg.eval_every == 0 or step == cfg.steps:
-            tpf = heldout_tpf(model, heldout, cfg, mask_id, stop_ids) if heldout else None
-            history[-1]["heldout_tpf"] = tpf
-            _save(model, opt, out, cfg, step, history, base_model, base_sha256, mask_id, names)
-            bar.write(f"step {step}: checkpoint {out}, held-out spec TPF {tpf if tpf is None else round(tpf, 3)}")
+            if main:
+                tpf = heldout_tpf(model, heldout, cfg, mask_id, stop_ids) if heldout else None
+                history[-1]["heldout_tpf"] = tpf
+                _save(model, opt, out, cfg, step, history, base_model, base_sha256, mask_id, names)
+                bar.write(f"step {step}: checkpoint {out}, held-out spec TPF {tpf if tpf is None else round(tpf, 3)}")
+            acc.wait_for_everyone()
     bar.close()
     return history
 

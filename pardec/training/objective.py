@@ -37,7 +37,9 @@ def _autocast(cfg: TrainConfig):
 
 
 def sequence_loss(model, ids: list[int], response_start: int, blocks: Blocks, cfg: TrainConfig,
-                  mask_id: int) -> LossOut:
+                  mask_id: int, forward=None) -> LossOut:
+    """`forward` runs the model (a DDP wrapper under accelerate); `model` is the plain module."""
+    fwd = forward or model
     device = model.device
     T, N = len(ids), len(blocks.ids)
     clean = torch.tensor([ids], device=device)  # [1, T]
@@ -48,7 +50,7 @@ def sequence_loss(model, ids: list[int], response_start: int, blocks: Blocks, cf
     if cfg.adapter == "gated-lora":
         cache = DynamicCache(config=model.config)
         with torch.no_grad(), _autocast(cfg):
-            model(input_ids=clean, position_ids=clean_pos[None], cache=cache, use_cache=True, logits_to_keep=1)
+            fwd(input_ids=clean, position_ids=clean_pos[None], cache=cache, use_cache=True, logits_to_keep=1)
         allowed = block_attention(
             b_pos, b_block, b_start,
             k_pos=torch.cat([clean_pos[None], b_pos], 1),
@@ -56,7 +58,7 @@ def sequence_loss(model, ids: list[int], response_start: int, blocks: Blocks, cf
             k_valid=torch.ones(1, T + N, dtype=torch.bool, device=device),
         )  # [1, N, T + N]
         with gated(model, b_ids == mask_id), _autocast(cfg):
-            logits = model(input_ids=b_ids, attention_mask=additive(allowed, model.dtype), position_ids=b_pos,
+            logits = fwd(input_ids=b_ids, attention_mask=additive(allowed, model.dtype), position_ids=b_pos,
                            cache=cache, use_cache=True).logits[0].float()  # [N, V]
     else:
         all_ids = torch.cat([clean, b_ids], 1)
@@ -66,7 +68,7 @@ def sequence_loss(model, ids: list[int], response_start: int, blocks: Blocks, cf
         allowed = block_attention(pos, blk, start, pos, blk, torch.ones_like(pos, dtype=torch.bool))
         keep = 0 if cfg.ntp_weight > 0 else N  # 0 = all positions (the clean ones too)
         with gated(model, all_ids == mask_id), _autocast(cfg):
-            out = model(input_ids=all_ids, attention_mask=additive(allowed, model.dtype), position_ids=pos,
+            out = fwd(input_ids=all_ids, attention_mask=additive(allowed, model.dtype), position_ids=pos,
                         logits_to_keep=keep).logits[0].float()
         logits = out[-N:]
         if cfg.ntp_weight > 0:
