@@ -35,6 +35,9 @@ def _add_decode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threshold", type=float, default=d.threshold, help=f"threshold: confidence to keep a slot, in [0, 1] (default {d.threshold})")
     p.add_argument("--confidence", choices=("prob", "entropy"), default=d.confidence,
                    help="threshold: max probability, or 1 - entropy / log V")
+    p.add_argument("--draft-blocks", type=int, default=d.draft_blocks,
+                   help="spec: blocks fed per forward, one per likely acceptance length (more drafts after "
+                        f"a rejection, longer forwards; default {d.draft_blocks})")
     p.add_argument("--gamma", type=float, default=d.gamma, help=f"eb: entropy budget in nats per forward (default {d.gamma})")
     p.add_argument("--temperature", type=float, default=d.temperature, help="0 = greedy (default)")
     p.add_argument("--top-p", type=float, default=d.top_p, help="nucleus sampling mass (default 1.0)")
@@ -154,7 +157,7 @@ def _generate(args) -> None:
 
     config = DecodeConfig(
         method=args.method, block_size=args.block_size, threshold=args.threshold,
-        confidence=args.confidence, gamma=args.gamma, temperature=args.temperature, top_p=args.top_p,
+        confidence=args.confidence, gamma=args.gamma, draft_blocks=args.draft_blocks, temperature=args.temperature, top_p=args.top_p,
         seed=args.seed, max_new_tokens=args.max_new_tokens, stop=tuple(args.stop),
     )
     if args.batch_size < 1:

@@ -36,31 +36,33 @@ def test_ar_greedy_equals_transformers_generate(tiny):
         assert got.forwards == N and got.accepted_per_step == [1] * N
 
 
-@pytest.mark.parametrize("block_size", [2, 4, 7])
-def test_spec_greedy_equals_ar(tiny, block_size):
+@pytest.mark.parametrize("block_size,draft_blocks", [(2, 1), (4, 1), (7, 1), (2, 2), (4, 3), (7, 7)])
+def test_spec_greedy_equals_ar(tiny, block_size, draft_blocks):
     model, mask_id = tiny
     for prompt in PROMPTS:
         ar = run(model, mask_id, [prompt], method="ar")[0]
-        spec = run(model, mask_id, [prompt], method="spec", block_size=block_size)[0]
+        spec = run(model, mask_id, [prompt], method="spec", block_size=block_size, draft_blocks=draft_blocks)[0]
         assert spec.tokens == ar.tokens
         assert sum(spec.accepted_per_step) == N and spec.forwards == len(spec.accepted_per_step)
         assert max(spec.accepted_per_step) <= block_size
 
 
 class OracleSpec(Speculative):
-    """Drafts the true continuation for the first `good` slots, then wrong tokens: exercises full
-    acceptance, partial acceptance and rejection at every draft position."""
+    """A drafter that is right at some positions and wrong at others, fixed per position (about 80%
+    right): exercises full acceptance, partial acceptance and rejection, the same way whichever
+    forward proposes a given position."""
 
     truth: list[int] = []
 
     def update(self, row, ntp, block):
         upd = super().update(row, ntp, block)
         if row.drafts:
-            start = len(row.committed) + len(upd.commit)  # first position the drafts cover
-            good = (start * 7) % len(row.drafts) + 1 if start % 3 else 0
-            true = self.truth[start - row.n_prompt : start - row.n_prompt + len(row.drafts)]
-            wrong = [(t + 1) % (self.mask_id - 1) for t in true]
-            row.drafts = (true[:good] + wrong[good:])[: len(row.drafts)]
+            start = len(row.committed) + len(upd.commit) - row.n_prompt  # first new-token index drafted
+            drafts = []
+            for i in range(start, start + len(row.drafts)):
+                t = self.truth[i]
+                drafts.append((t + 1) % (self.mask_id - 1) if (i * 2654435761) % 97 % 10 < 2 else t)
+            row.drafts = drafts
         return upd
 
 
@@ -70,11 +72,16 @@ def test_spec_greedy_equals_ar_with_oracle_and_wrong_drafts(tiny, monkeypatch):
     ar = run(model, mask_id, [prompt], method="ar", max_new_tokens=40)[0]
     OracleSpec.truth = ar.tokens + [0] * 8
     monkeypatch.setitem(POLICIES, "spec", OracleSpec)
-    spec = run(model, mask_id, [prompt], method="spec", block_size=5, max_new_tokens=40)[0]
-    assert spec.tokens == ar.tokens
-    steps = spec.accepted_per_step
-    assert max(steps) == 5 and 1 in steps and any(1 < s < 5 for s in steps), steps  # all paths taken
-    assert spec.forwards < ar.forwards
+    forwards = {}
+    for draft_blocks in (1, 2, 4):
+        spec = run(model, mask_id, [prompt], method="spec", block_size=4, draft_blocks=draft_blocks,
+                   max_new_tokens=40)[0]
+        assert spec.tokens == ar.tokens
+        steps = spec.accepted_per_step
+        assert max(steps) == 4 and any(1 < s < 4 for s in steps), steps  # full and partial acceptance
+        forwards[draft_blocks] = spec.forwards
+    # Blocks for more acceptance lengths: no step without drafts after a rejection, so fewer forwards.
+    assert max(forwards[2], forwards[4]) < forwards[1] < ar.forwards
 
 
 def test_spec_with_all_wrong_drafts_still_equals_ar(tiny, monkeypatch):

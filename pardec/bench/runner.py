@@ -50,7 +50,7 @@ def parse_methods(text: str, base: DecodeConfig) -> list[MethodSpec]:
             if key is None or key not in fields or key in ("method", "stop"):
                 raise PardecError(f"bad setting '{s}' in '{label}'")
             try:
-                kw[key] = int(value) if key in ("block_size", "max_new_tokens", "seed") else float(value)
+                kw[key] = int(value) if key in ("block_size", "max_new_tokens", "seed", "draft_blocks") else float(value)
             except ValueError:
                 raise PardecError(f"bad value '{value}' in '{label}'") from None
         method = "ar" if name == HF else name

@@ -17,6 +17,7 @@ class DecodeConfig:
     threshold: float = 0.9  # threshold: keep slots while confidence >= this
     confidence: str = "prob"  # threshold: "prob" (max probability) or "entropy" (1 - H / log V)
     gamma: float = 0.5  # eb: entropy budget (nats) per forward
+    draft_blocks: int = 1  # spec: blocks fed per forward, for that many possible acceptance lengths
     temperature: float = 0.0  # 0 = greedy
     top_p: float = 1.0
     seed: int | None = None
@@ -32,6 +33,8 @@ class DecodeConfig:
             raise PardecError("spec needs a block size >= 2 (one slot for the bonus token, the rest drafts)")
         if not 0.0 <= self.threshold <= 1.0:
             raise PardecError(f"threshold must lie in [0, 1], got {self.threshold}")
+        if not isinstance(self.draft_blocks, int) or not 1 <= self.draft_blocks <= self.block_size:
+            raise PardecError(f"draft blocks must lie in [1, block size], got {self.draft_blocks}")
         if self.confidence not in ("prob", "entropy"):
             raise PardecError(f"confidence must be 'prob' or 'entropy', got '{self.confidence}'")
         if self.gamma < 0:

@@ -82,11 +82,9 @@ def decode(
     while rows:
         drafts = [policy.drafts(r) for r in rows]
         pending = [r.committed[n:] + d for r, n, d in zip(rows, cache.n_cached, drafts)]
-        blocks = [policy.block(r) for r in rows]
-        out = block_step(
-            model, cache, pending, blocks if blocks[0] is not None else None,
-            policy.n_ntp, mask_id,
-        )
+        blocks = [policy.blocks(r) for r in rows]
+        has_blocks = blocks[0] is not None
+        out = block_step(model, cache, pending, blocks if has_blocks else None, policy.n_ntp, mask_id)
         keep = torch.zeros_like(out.pending_valid)  # [B, P]
         P = keep.shape[1]
         finished = []
@@ -107,7 +105,7 @@ def decode(
                     seconds=r.seconds, finish=r.finish,
                 )
                 finished.append(b)
-        cache.commit(out.fed_pos, keep, len(blocks[0]) if blocks[0] is not None else 0)
+        cache.commit(out.fed_pos, keep, out.block_logits.shape[1])
         if finished:
             alive = [b for b in range(len(rows)) if b not in finished]
             rows = [rows[b] for b in alive]

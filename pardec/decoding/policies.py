@@ -1,8 +1,8 @@
 """Decoding policies over the block step: what each row feeds, and what it commits afterwards.
 
 Each policy answers three questions per row: which tokens to feed after its uncached committed text
-(`drafts`), what to put in the block slots (`block`, None for none), and, given the forward's logits,
-which tokens to commit (`update`). Sampling uses the caller's generator so runs are reproducible.
+(`drafts`), which blocks to feed (`blocks`: (back, slot tokens) pairs, None for none), and, given the
+forward's logits, which tokens to commit (`update`). Sampling uses the caller's generator so runs are reproducible.
 """
 
 from __future__ import annotations
@@ -23,12 +23,13 @@ class Policy:
     def drafts(self, row: Row) -> list[int]:
         return []
 
-    def block(self, row: Row) -> list[int] | None:
-        return [self.mask_id] * self.cfg.block_size
+    def blocks(self, row: Row) -> list[tuple[int, list[int]]] | None:
+        """One fully masked block after all pending tokens."""
+        return [(0, [self.mask_id] * self.cfg.block_size)]
 
     def update(self, row: Row, ntp: torch.Tensor, block: torch.Tensor) -> Update:
         """ntp: [n, V] NTP logits of this row's last n pending tokens (n may be 0);
-        block: [D, V] block logits."""
+        block: [NB * D, V] block logits, block after block."""
         raise NotImplementedError
 
     def _choose(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -38,7 +39,7 @@ class Policy:
 class AR(Policy):
     """Plain autoregressive decoding: one token per forward from the last NTP logit."""
 
-    def block(self, row):
+    def blocks(self, row):
         return None
 
     def update(self, row, ntp, block):
@@ -52,7 +53,7 @@ class Threshold(Policy):
     reaches the threshold."""
 
     def update(self, row, ntp, block):
-        logits = torch.cat([ntp[-1:], block[1:]])  # [D, V]
+        logits = torch.cat([ntp[-1:], block[1:]])  # [D, V]: slot 0 is the NTP token
         tokens, _ = self._choose(logits)
         conf = sampling.confidence(logits[1:], self.cfg.confidence)  # [D - 1]
         n = 1
@@ -66,10 +67,10 @@ class EntropyBounded(Policy):
     stays within gamma (at least one per forward), refine the rest next forward, commit the block once
     every slot is revealed. In a block's first forward slot 0 uses the NTP logit."""
 
-    def block(self, row):
+    def blocks(self, row):
         if row.block is None:
             row.block = [self.mask_id] * self.cfg.block_size
-        return list(row.block)
+        return [(0, list(row.block))]
 
     def update(self, row, ntp, block):
         logits = block.clone()  # [D, V]
@@ -95,7 +96,12 @@ class EntropyBounded(Policy):
 
 class Speculative(Policy):
     """Lossless self-speculation: the block predicted in one forward is the next forward's draft,
-    verified by that forward's NTP logits, which at the same time predict the next block."""
+    verified by that forward's NTP logits, which at the same time predict the next block.
+
+    Which block drafts next depends on how many drafts get accepted, unknown until the forward is
+    done. With `draft_blocks` = 1 the one block sits after all drafts (useful if all are accepted);
+    more blocks also sit after 0, 1, ... accepted drafts, so a rejection still leaves fresh drafts.
+    """
 
     @property
     def n_ntp(self):
@@ -103,6 +109,17 @@ class Speculative(Policy):
 
     def drafts(self, row):
         return list(row.drafts)
+
+    def _accept_lengths(self, m: int) -> list[int]:
+        """Acceptance lengths n to feed a block for: all accepted first, then 0, 1, ...; repeated to
+        the fixed count so every row feeds the same number of blocks."""
+        ns = [m] + list(range(m))[: self.cfg.draft_blocks - 1]
+        return ns + [m] * (self.cfg.draft_blocks - len(ns))
+
+    def blocks(self, row):
+        m = len(row.drafts)
+        masks = [self.mask_id] * self.cfg.block_size
+        return [(m - n, masks) for n in self._accept_lengths(m)]
 
     def update(self, row, ntp, block):
         m = len(row.drafts)
@@ -112,12 +129,15 @@ class Speculative(Policy):
             self.cfg.temperature, self.cfg.top_p, self.gen,
         )
         commit = row.drafts[:n] + [bonus]
-        if n == m:
-            # The block sat right after the drafts: slot 0 is the bonus position, slots 1.. follow it.
-            tokens, probs = self._choose(block[1:])
+        lengths = self._accept_lengths(m)
+        if n in lengths:
+            # That block starts at the bonus position: slot 0 is the bonus, slots 1.. follow it.
+            D = self.cfg.block_size
+            k = lengths.index(n)
+            tokens, probs = self._choose(block[k * D + 1 : (k + 1) * D])
             row.drafts, row.draft_probs = tokens.tolist(), (None if greedy else probs)
         else:
-            # The block was predicted after a rejected draft: it is stale.
+            # No block was fed after this prefix: the next forward drafts afresh.
             row.drafts, row.draft_probs = [], None
         return Update(commit=commit, keep_drafts=n)
 
