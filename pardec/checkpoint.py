@@ -86,3 +86,14 @@ def apply(model, path: str | Path, base_model: str, mask_id: int) -> CheckpointS
             raise PardecError(f"checkpoint '{path}' does not fit this model (tensor '{name}')")
         params[name].copy_(value.to(params[name].dtype))
     return settings
+
+
+def export(src: str | Path, dst: str | Path, dtype: torch.dtype = torch.bfloat16) -> None:
+    """Copy a training checkpoint without its optimizer state, weights cast to `dtype`: the small
+    artefact to ship or commit. (Resuming needs the full checkpoint.)"""
+    settings = read_settings(src)
+    tensors = load_file(str(Path(src) / WEIGHTS))
+    save(dst, settings, {k: v.to(dtype) for k, v in tensors.items() if not k.startswith("optimizer.")})
+    hist = Path(src) / "history.jsonl"
+    if hist.exists():
+        (Path(dst) / "history.jsonl").write_text(hist.read_text())

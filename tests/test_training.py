@@ -122,6 +122,12 @@ def test_checkpoint_of_an_adapter_loads_and_decodes_the_same(tmp_path):
     a = decode(model.eval(), [[1, 2, 3]], cfg, mask_id)[0]
     b = decode(fresh, [[1, 2, 3]], cfg, mask_id)[0]
     assert a.tokens == b.tokens and a.accepted_per_step == b.accepted_per_step
+    # The exported copy (no optimizer state, bf16) is smaller and loads too.
+    checkpoint.export(tmp_path / "ck", tmp_path / "small")
+    size = lambda d: (d / "adapter.safetensors").stat().st_size  # noqa: E731
+    assert size(tmp_path / "small") < size(tmp_path / "ck") / 4
+    other, _ = tiny_model("llama", vocab=VOCAB)
+    assert checkpoint.apply(other, tmp_path / "small", "tiny", mask_id).adapter == "gated-lora"
 
 
 def test_resume_matches_an_uninterrupted_run(tmp_path):
