@@ -132,24 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _read_prompts(path: str) -> list[str]:
-    prompts = []
-    try:
-        lines = open(path, encoding="utf-8").read().splitlines()
-    except OSError as e:
-        raise PardecError(f"cannot read prompt file: {e}") from e
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise PardecError(f"{path}:{n}: not valid JSON ({e.msg})") from e
-        if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str):
-            raise PardecError(f"{path}:{n}: expected an object with a string 'prompt' field")
-        prompts.append(obj["prompt"])
-    if not prompts:
-        raise PardecError(f"{path}: no prompts")
-    return prompts
+    from .datafiles import read_jsonl
+
+    return [row["prompt"] for row in read_jsonl(path, ("prompt",))]
 
 
 def _generate(args) -> None:

@@ -7,7 +7,6 @@ import torch
 from scipy.stats import chisquare
 
 from pardec.decoding import DecodeConfig, decode, sampling
-from pardec.decoding.policies import POLICIES, Speculative
 from tiny import tiny_model
 
 VOCAB = 4

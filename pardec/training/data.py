@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..api import encode_prompt, stop_token_ids
-from ..errors import PardecError
+from ..datafiles import read_jsonl
 
 
 @dataclass(frozen=True)
@@ -17,23 +16,7 @@ class Example:
 
 
 def read_pairs(path: str | Path) -> list[dict]:
-    path = Path(path)
-    if not path.is_file():
-        raise PardecError(f"no such data file: {path}")
-    rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise PardecError(f"{path}:{n}: not valid JSON ({e.msg})") from e
-        if not isinstance(row.get("prompt"), str) or not isinstance(row.get("response"), str):
-            raise PardecError(f"{path}:{n}: needs string 'prompt' and 'response' fields")
-        rows.append(row)
-    if not rows:
-        raise PardecError(f"{path}: no examples")
-    return rows
+    return read_jsonl(path, ("prompt", "response"))
 
 
 def tokenize(model, tokenizer, rows: list[dict], max_length: int, chat: bool = True) -> list[Example]:

