@@ -12,7 +12,7 @@ from typing import Callable
 
 import torch
 
-from . import models
+from . import checkpoint, models
 from .decoding import DecodeConfig, decode
 from .errors import PardecError
 from .surgery import add_mask_token
@@ -41,11 +41,16 @@ class Output:
         }
 
 
-def load_model(model: str = models.DEFAULT_MODEL, dtype: torch.dtype = torch.bfloat16):
-    """Load a model by HF id, folder, GGUF file or packaged alias, with the `[MASK]` token added.
+def load_model(model: str = models.DEFAULT_MODEL, dtype: torch.dtype = torch.bfloat16, adapter: str | None = "auto"):
+    """Load a model by HF id, folder, GGUF file or packaged alias, with the `[MASK]` token added and
+    an adapter applied: "auto" (the one bundled for this model, if any), "none", or a checkpoint folder.
     Returns (model, tokenizer, mask_id)."""
     lm, tok = models.load(model, dtype)
-    return lm, tok, add_mask_token(lm, tok)
+    mask_id = add_mask_token(lm, tok)
+    path = checkpoint.resolve_adapter(model, adapter)
+    if path is not None:
+        checkpoint.apply(lm, path, model, mask_id)
+    return lm, tok, mask_id
 
 
 def stop_token_ids(model, tokenizer) -> set[int]:

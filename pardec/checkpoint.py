@@ -16,8 +16,10 @@ from safetensors.torch import load_file, save_file
 
 from . import adapters
 from .errors import PardecError
+from .models import PACKAGED
 
 SETTINGS = "pardec.json"
+BUNDLED = Path(__file__).parent / "weights"  # adapters shipped with pardec, one folder per model alias
 WEIGHTS = "adapter.safetensors"
 # full: tensors that replace the base model's parameters of the same name;
 # lora / gated-lora: low-rank adapters attached to the base model (adapters.py).
@@ -42,6 +44,19 @@ def save(path: str | Path, settings: CheckpointSettings, tensors: dict[str, torc
     path.mkdir(parents=True, exist_ok=True)
     save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(path / WEIGHTS))
     (path / SETTINGS).write_text(json.dumps(asdict(settings), indent=2) + "\n")
+
+
+def resolve_adapter(model: str, adapter: str | None) -> Path | None:
+    """`--adapter` value -> checkpoint folder: "auto" = the adapter bundled for this model, if any;
+    "none" (or None) = no adapter; anything else is a folder."""
+    if adapter in (None, "none"):
+        return None
+    if adapter == "auto":
+        if model not in PACKAGED:  # only packaged aliases have bundled adapters
+            return None
+        bundled = BUNDLED / model
+        return bundled if (bundled / SETTINGS).is_file() else None
+    return Path(adapter)
 
 
 def read_settings(path: str | Path) -> CheckpointSettings:

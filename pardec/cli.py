@@ -18,9 +18,14 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=DEFAULT_MODEL,
                    help=f"Hugging Face id or folder, a .gguf file, or a packaged alias "
                         f"({', '.join(PACKAGED)}); default {DEFAULT_MODEL}")
-    p.add_argument("--adapter", help="a pardec checkpoint folder trained for this model")
     p.add_argument("--dtype", choices=DTYPES, default="bfloat16",
                    help="bfloat16 for speed (default); float32 for exactness checks")
+
+
+def _add_adapter_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--adapter", default="auto",
+                   help="a pardec checkpoint folder trained for this model; 'auto' (default) = the adapter "
+                        "bundled with pardec for this model, if any; 'none' = the plain model")
 
 
 def _add_decode_args(p: argparse.ArgumentParser) -> None:
@@ -59,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--prompt", help="the user message")
     src.add_argument("--prompt-file", help="JSONL file, one object per line with a 'prompt' field")
     _add_model_args(g)
+    _add_adapter_arg(g)
     _add_decode_args(g)
     g.add_argument("--no-chat", action="store_true", help="feed the prompt as raw text, without the chat template")
     g.add_argument("--json", action="store_true",
@@ -70,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "report TPF, tokens/s, speedup vs ar (same run), identity to ar, task "
                                    "score and NLL; write results.json, results.md and plots.")
     _add_model_args(b)
+    _add_adapter_arg(b)
     b.add_argument("--methods", default="ar,threshold,eb,spec",
                    help="comma list; settings after @, e.g. ar,threshold@0.9,threshold@0.7,eb@gamma=0.5,"
                         "spec@block_size=8; 'hf' = transformers' generate (greedy) for reference")
@@ -155,9 +162,8 @@ def _generate(args) -> None:
     for p in prompts:
         if not p.strip():
             raise PardecError("empty prompt")
-    model, tok, mask_id = load_model(args.model, getattr(torch, args.dtype))
-    if args.adapter:
-        checkpoint.apply(model, args.adapter, args.model, mask_id)
+    model, tok, mask_id = load_model(args.model, getattr(torch, args.dtype), args.adapter)
+    adapter = checkpoint.resolve_adapter(args.model, args.adapter)
     for p in prompts:  # fail before any output if one prompt is unusable
         encode_prompt(tok, p, not args.no_chat)
     if args.json:
@@ -171,7 +177,8 @@ def _generate(args) -> None:
                        on_text=lambda _i, delta: print(delta, end="", flush=True))[0]
         print()
         print(f"[{out.method}: {out.new_tokens} tokens, {out.forwards} forwards, "
-              f"{out.tokens_per_forward:.2f} tokens/forward, {out.seconds:.2f} s]", file=sys.stderr)
+              f"{out.tokens_per_forward:.2f} tokens/forward, {out.seconds:.2f} s; adapter: {adapter or 'none'}]",
+              file=sys.stderr)
 
 
 def _bench(args) -> None:
@@ -189,11 +196,13 @@ def _bench(args) -> None:
     specs = parse_methods(args.methods, DecodeConfig(max_new_tokens=args.max_new_tokens, block_size=args.block_size))
     items = load_task(args.task, args.limit, args.offset)
     dtype = getattr(torch, args.dtype)
-    model, tok, mask_id = load_model(args.model, dtype)
+    model, tok, mask_id = load_model(args.model, dtype, args.adapter)
+    adapter = checkpoint.resolve_adapter(args.model, args.adapter)
     nll_model = None
-    if args.adapter:
-        checkpoint.apply(model, args.adapter, args.model, mask_id)
-        nll_model = load_model(args.model, dtype)[0]  # NLL is measured under the untouched base model
+    if adapter is not None and checkpoint.read_settings(adapter).adapter != "gated-lora":
+        # NLL is measured under the untouched base model. A gated adapter is off in plain forwards,
+        # so there the adapted model already is the base model.
+        nll_model = load_model(args.model, dtype, "none")[0]
     result = run_bench(model, tok, mask_id, items, specs, args.task, nll_model, chat=not args.no_chat)
     command = "pardec " + " ".join(shlex.quote(a) for a in args.argv)
     write(result, Path(args.out), command)
@@ -218,7 +227,7 @@ def _distill(args) -> None:
     prompts = [p for spec in args.prompts.split(",") if spec.strip() for p in read_prompt_source(spec.strip())]
     prompts = prompts[: args.limit] if args.limit else prompts
     filt = ContaminationFilter.from_benchmarks()
-    model, tok, mask_id = load_model(args.model, getattr(torch, args.dtype))
+    model, tok, mask_id = load_model(args.model, getattr(torch, args.dtype), "none")
     stats = distill(model, tok, mask_id, prompts, args.out, config, filt, args.batch_size)
     print(f"distill: wrote {stats['written']} answers ({stats['tokens']} tokens) to {args.out}; "
           f"{stats['skipped_done']} already there; left out {stats['contaminated']} prompts overlapping "
@@ -246,7 +255,7 @@ def _retrofit(args) -> None:
         raise PardecError(f"{args.data}: {len(rows)} examples, not more than --heldout {args.heldout}")
     # Train in float32 weights under bf16 autocast would double memory; the base stays in the chosen
     # dtype (frozen) and only the adapter is float32.
-    model, tok, mask_id = load_model(args.model, getattr(torch, args.dtype))
+    model, tok, mask_id = load_model(args.model, getattr(torch, args.dtype), "none")
     train_rows, held_rows = rows[: len(rows) - args.heldout], rows[len(rows) - args.heldout :]
     train = tokenize(model, tok, train_rows, cfg.max_length)
     heldout = [encode_prompt(tok, r["prompt"]) for r in held_rows]

@@ -101,3 +101,15 @@ def test_real_smollm2_generates_and_spec_equals_ar():
     spec = generate(model, tok, prompt, DecodeConfig(method="spec", max_new_tokens=24), mask_id=mask_id)[0]
     assert "Paris" in ar.text
     assert spec.token_ids == ar.token_ids
+
+
+def test_auto_adapter_is_the_bundled_one_for_packaged_aliases_only(tmp_path, monkeypatch, tiny_dir):
+    monkeypatch.setattr(checkpoint, "BUNDLED", tmp_path)
+    (tmp_path / "qwen2.5-coder-0.5b").mkdir()
+    assert checkpoint.resolve_adapter("qwen2.5-coder-0.5b", "auto") is None  # no settings file yet
+    (tmp_path / "qwen2.5-coder-0.5b" / "pardec.json").write_text("{}")
+    assert checkpoint.resolve_adapter("qwen2.5-coder-0.5b", "auto") == tmp_path / "qwen2.5-coder-0.5b"
+    assert checkpoint.resolve_adapter("qwen2.5-coder-0.5b", "none") is None
+    assert checkpoint.resolve_adapter("smollm2-135m", "auto") is None
+    assert checkpoint.resolve_adapter(tiny_dir, "auto") is None
+    assert checkpoint.resolve_adapter(tiny_dir, str(tmp_path)) == tmp_path
