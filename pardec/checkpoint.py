@@ -8,6 +8,7 @@ and this mask token, so training and decoding settings cannot drift apart.
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -109,6 +110,6 @@ def export(src: str | Path, dst: str | Path, dtype: torch.dtype = torch.bfloat16
     settings = read_settings(src)
     tensors = load_file(str(Path(src) / WEIGHTS))
     save(dst, settings, {k: v.to(dtype) for k, v in tensors.items() if not k.startswith("optimizer.")})
-    hist = Path(src) / "history.jsonl"
-    if hist.exists():
-        (Path(dst) / "history.jsonl").write_text(hist.read_text())
+    for extra in ("history.jsonl", "curves.png"):
+        if (Path(src) / extra).exists():
+            shutil.copyfile(Path(src) / extra, Path(dst) / extra)

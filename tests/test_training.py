@@ -126,6 +126,7 @@ def test_checkpoint_of_an_adapter_loads_and_decodes_the_same(tmp_path):
     checkpoint.export(tmp_path / "ck", tmp_path / "small")
     size = lambda d: (d / "adapter.safetensors").stat().st_size  # noqa: E731
     assert size(tmp_path / "small") < size(tmp_path / "ck") / 4
+    assert (tmp_path / "small" / "curves.png").stat().st_size > 0
     other, _ = tiny_model("llama", vocab=VOCAB)
     assert checkpoint.apply(other, tmp_path / "small", "tiny", mask_id).adapter == "gated-lora"
 

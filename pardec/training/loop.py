@@ -18,6 +18,7 @@ from .. import adapters, checkpoint
 from ..decoding import DecodeConfig, decode
 from ..errors import PardecError
 from .config import TrainConfig
+from .curves import plot_history
 from .data import Example
 from .layout import sample_blocks
 from .objective import sequence_loss
@@ -144,6 +145,7 @@ def _save(model, opt, out: Path, cfg, step, history, base_model, base_sha256, ma
     tmp = out.with_name(out.name + ".tmp")
     checkpoint.save(tmp, settings, tensors)
     (tmp / "history.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
+    plot_history(history, tmp / "curves.png")
     if out.exists():
         import shutil
 
