@@ -54,14 +54,19 @@ class LoRALinear(nn.Module):
         return y + update * self.scale
 
 
-def attach(model, config: LoRAConfig, dtype: torch.dtype | None = None) -> dict[str, LoRALinear]:
-    """Wrap every targeted linear layer; freeze the base. Returns the wrappers by module name.
-    Training keeps adapter weights in float32 (dtype) under bf16 autocast; decoding uses the model's."""
+def attach(model, config: LoRAConfig, dtype: torch.dtype | None = None, freeze: bool = True) -> dict[str, LoRALinear]:
+    """Wrap every targeted linear layer; freeze the base for training. Returns the wrappers by name.
+    Training keeps adapter weights in float32 (dtype) under bf16 autocast; decoding uses the model's.
+
+    Decoding passes freeze=False: torch 2.13 on CPU runs a bf16 linear whose weight has
+    requires_grad=False about 30x slower (measured: 620 ms against 20 ms for the 152k-row output
+    head), and decoding runs under no_grad anyway."""
     if config.kind not in KINDS:
         raise ValueError(f"adapter kind must be one of {KINDS}")
     gate = Gate() if config.kind == "gated-lora" else None
-    for p in model.parameters():
-        p.requires_grad_(False)
+    if freeze:
+        for p in model.parameters():
+            p.requires_grad_(False)
     wrapped = {}
     for name, module in list(model.named_modules()):
         if isinstance(module, nn.Linear) and name.rsplit(".", 1)[-1] in config.targets:

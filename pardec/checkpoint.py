@@ -89,7 +89,7 @@ def apply(model, path: str | Path, base_model: str, mask_id: int) -> CheckpointS
     if settings.adapter in adapters.KINDS:
         cfg = dict(settings.lora or {})
         cfg["targets"] = tuple(cfg.get("targets", adapters.TARGETS))
-        adapters.attach(model, adapters.LoRAConfig(**cfg))
+        adapters.attach(model, adapters.LoRAConfig(**cfg), freeze=False)
         model.eval()
         missing = set(adapters.adapter_state(model)) - set(tensors)
         if missing:
