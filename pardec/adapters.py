@@ -29,7 +29,8 @@ class LoRAConfig:
 
 
 class Gate:
-    """The positions where gated updates apply in the current forward: [B, Q] bool, or None (off)."""
+    """The positions where gated updates apply in the current forward: [B, Q] bool with at least one
+    True, or None (off)."""
 
     def __init__(self):
         self.on: torch.Tensor | None = None
@@ -45,7 +46,7 @@ class LoRALinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [B, Q, in]
         y = self.base(x)
-        if self.gate is not None and (self.gate.on is None or not bool(self.gate.on.any())):
+        if self.gate is not None and self.gate.on is None:
             return y
         # float32 adapter weights on a bf16 base (training, then eval inside it) compute in x's dtype
         update = x @ self.lora_a.T.to(x.dtype) @ self.lora_b.T.to(x.dtype)  # [B, Q, out]
@@ -92,10 +93,13 @@ def adapter_state(model) -> dict[str, torch.Tensor]:
 
 @contextlib.contextmanager
 def gated(model, on: torch.Tensor):
-    """Turn gated adapters on at positions `on` ([B, Q] bool) for the forwards inside the block."""
+    """Turn gated adapters on at positions `on` ([B, Q] bool) for the forwards inside the block.
+    With no position on (a plain AR step) the gate stays off, decided here once rather than in every
+    wrapped layer."""
     gates = {id(m.gate): m.gate for m in lora_modules(model).values() if m.gate is not None}
+    active = on if gates and bool(on.any()) else None
     for g in gates.values():
-        g.on = on
+        g.on = active
     try:
         yield
     finally:

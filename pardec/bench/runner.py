@@ -39,6 +39,7 @@ def parse_methods(text: str, base: DecodeConfig) -> list[MethodSpec]:
     if missing, since every speedup is relative to it."""
     specs = []
     fields = {f.name: f.type for f in dataclasses.fields(DecodeConfig)}
+    ints = {name for name, kind in fields.items() if str(kind).startswith("int")}  # the rest are floats
     for label in [t.strip() for t in text.split(",") if t.strip()]:
         name, *settings = label.split("@")
         if name not in (*METHODS, HF):
@@ -50,7 +51,7 @@ def parse_methods(text: str, base: DecodeConfig) -> list[MethodSpec]:
             if key is None or key not in fields or key in ("method", "stop"):
                 raise PardecError(f"bad setting '{s}' in '{label}'")
             try:
-                kw[key] = int(value) if key in ("block_size", "max_new_tokens", "seed", "draft_blocks") else float(value)
+                kw[key] = int(value) if key in ints else float(value)
             except ValueError:
                 raise PardecError(f"bad value '{value}' in '{label}'") from None
         method = "ar" if name == HF else name
