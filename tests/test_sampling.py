@@ -7,6 +7,7 @@ import torch
 from scipy.stats import chisquare
 
 from pardec.decoding import DecodeConfig, decode, sampling
+from pardec.dflash import Drafter, DrafterConfig
 from tiny import tiny_model
 
 VOCAB = 4
@@ -26,8 +27,8 @@ def exact_joint(model, temperature, top_p):
     return probs
 
 
-def sample_counts(model, mask_id, n, **kw):
-    outs = decode(model, [PROMPT] * n, DecodeConfig(max_new_tokens=T, **kw), mask_id)
+def sample_counts(model, mask_id, n, drafter=None, **kw):
+    outs = decode(model, [PROMPT] * n, DecodeConfig(max_new_tokens=T, **kw), mask_id, drafter=drafter)
     counts = {}
     for o in outs:
         counts[tuple(o.tokens)] = counts.get(tuple(o.tokens), 0) + 1
@@ -66,6 +67,19 @@ def test_spec_sampling_matches_the_target_distribution(small_vocab_model, temper
     assert chi2_pvalue(counts, probs, n) > 1e-3
     ar_counts, _ = sample_counts(model, mask_id, n, method="ar", temperature=temperature, top_p=top_p, seed=2)
     assert chi2_pvalue(ar_counts, probs, n) > 1e-3
+
+
+@pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.7, 0.9)])
+def test_dflash_sampling_matches_the_target_distribution(small_vocab_model, temperature, top_p):
+    model, mask_id = small_vocab_model
+    torch.manual_seed(0)
+    drafter = Drafter(DrafterConfig.for_target(model.config, mask_id, n_layers=1, block_size=3)).eval()
+    n = 3000
+    counts, outs = sample_counts(model, mask_id, n, drafter, method="dflash", block_size=3,
+                                 temperature=temperature, top_p=top_p, seed=5)
+    steps = [s for o in outs for s in o.accepted_per_step]
+    assert any(s > 1 for s in steps) and any(s == 1 for s in steps[1::2])  # accepts and rejects happen
+    assert chi2_pvalue(counts, exact_joint(model, temperature, top_p), n) > 1e-3
 
 
 def test_the_statistical_test_detects_a_biased_sampler(small_vocab_model, monkeypatch):

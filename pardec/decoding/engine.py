@@ -16,7 +16,7 @@ import torch
 from ..cache import BlockCache
 from ..errors import PardecError
 from .config import DecodeConfig
-from .policies import POLICIES
+from .policies import make_policy
 from .state import Row
 from .step import block_step
 
@@ -50,8 +50,10 @@ def decode(
     mask_id: int,
     stop_ids: set[int] | frozenset[int] = frozenset(),
     on_commit: CommitHook | None = None,
+    drafter=None,
 ) -> list[GenerationResult]:
-    """Decode a batch of prompts (lists of token ids, any lengths) with `config.method`."""
+    """Decode a batch of prompts (lists of token ids, any lengths) with `config.method`
+    (`dflash` needs a `drafter`, pardec.dflash.Drafter, trained for this model)."""
     if not prompts:
         return []
     limit = context_limit(model)
@@ -66,7 +68,7 @@ def decode(
     if config.temperature > 0:
         gen = torch.Generator(device=model.device)
         gen.manual_seed(config.seed if config.seed is not None else torch.seed())
-    policy = POLICIES[config.method](config, mask_id, gen)
+    policy = make_policy(config, mask_id, gen, model, drafter)
     device = model.device
 
     # Room for the block slots and drafts fed beyond the committed text must stay inside the context.
@@ -84,7 +86,8 @@ def decode(
         pending = [r.committed[n:] + d for r, n, d in zip(rows, cache.n_cached, drafts)]
         blocks = [policy.blocks(r) for r in rows]
         has_blocks = blocks[0] is not None
-        out = block_step(model, cache, pending, blocks if has_blocks else None, policy.n_ntp, mask_id)
+        out = block_step(model, cache, pending, blocks if has_blocks else None, policy.n_ntp, mask_id,
+                         feature_layers=policy.feature_layers)
         keep = torch.zeros_like(out.pending_valid)  # [B, P]
         P = keep.shape[1]
         finished = []
@@ -106,11 +109,13 @@ def decode(
                 )
                 finished.append(b)
         cache.commit(out.fed_pos, keep, out.block_logits.shape[1])
+        alive = [b for b in range(len(rows)) if b not in finished]
         if finished:
-            alive = [b for b in range(len(rows)) if b not in finished]
             rows = [rows[b] for b in alive]
             if rows:
                 cache.select(alive)
+        if rows:
+            policy.after_step(rows, out, keep, alive)
     return [results[i] for i in range(len(prompts))]
 
 

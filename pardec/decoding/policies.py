@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from ..dflash.model import ContextCache
+from ..errors import PardecError
 from . import sampling
 from .config import DecodeConfig
 from .state import Row, Update
@@ -16,6 +18,7 @@ from .state import Row, Update
 
 class Policy:
     n_ntp = 1  # NTP logits needed per row, counted from the end of the pending tokens
+    feature_layers: tuple[int, ...] | None = None  # target layers whose outputs the policy needs
 
     def __init__(self, config: DecodeConfig, mask_id: int, generator: torch.Generator | None):
         self.cfg, self.mask_id, self.gen = config, mask_id, generator
@@ -31,6 +34,10 @@ class Policy:
         """ntp: [n, V] NTP logits of this row's last n pending tokens (n may be 0);
         block: [NB * D, V] block logits, block after block."""
         raise NotImplementedError
+
+    def after_step(self, rows: list[Row], out, keep: torch.Tensor, alive: list[int]) -> None:
+        """Batch-level work after every row committed (DFlash drafts here). rows: the rows still
+        decoding; alive: their indices in this step's batch; keep [B, P]: pending slots now committed."""
 
     def _choose(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return sampling.choose(logits, self.cfg.temperature, self.cfg.top_p, self.gen)
@@ -142,4 +149,65 @@ class Speculative(Policy):
         return Update(commit=commit, keep_drafts=n)
 
 
-POLICIES = {"ar": AR, "threshold": Threshold, "eb": EntropyBounded, "spec": Speculative}
+class DFlash(Policy):
+    """DFlash: a separate drafter proposes the D - 1 tokens after the bonus in one forward, from the
+    target's hidden states at every committed position; the target verifies them in its next
+    forward (longest accepted prefix plus the bonus, or rejection sampling), which also yields the
+    features of the newly committed tokens for the drafter's cache."""
+
+    def __init__(self, config, mask_id, generator, target, drafter):
+        super().__init__(config, mask_id, generator)
+        if drafter is None:
+            raise PardecError("method dflash needs a drafter (--drafter)")
+        if config.block_size > drafter.cfg.block_size:
+            raise PardecError(f"block size {config.block_size} exceeds the drafter's trained block size "
+                              f"{drafter.cfg.block_size}")
+        self.target, self.drafter = target, drafter
+        self.feature_layers = drafter.cfg.target_layers
+        self.context: ContextCache | None = None  # created at the first step, once the batch is known
+
+    @property
+    def n_ntp(self):
+        return self.cfg.block_size
+
+    def drafts(self, row):
+        return list(row.drafts)
+
+    def blocks(self, row):
+        return None
+
+    def update(self, row, ntp, block):
+        m = len(row.drafts)
+        greedy = self.cfg.temperature == 0
+        n, bonus = sampling.accept_drafts(row.drafts, None if greedy else row.draft_probs, ntp[-(m + 1) :],
+                                          self.cfg.temperature, self.cfg.top_p, self.gen)
+        commit = row.drafts[:n] + [bonus]
+        row.drafts, row.draft_probs = [], None
+        return Update(commit=commit, keep_drafts=n)
+
+    def after_step(self, rows, out, keep, alive):
+        if self.context is None:
+            self.context = ContextCache(self.drafter, keep.shape[0], keep.device)
+        if len(alive) < self.context.valid.shape[0]:
+            self.context.select(alive)
+        idx = torch.tensor(alive, device=keep.device)
+        self.context.append(out.features[idx], out.fed_pos[idx], keep[idx])
+        anchors = torch.tensor([r.committed[-1] for r in rows], device=keep.device)  # the bonus tokens
+        anchor_pos = torch.tensor([len(r.committed) - 1 for r in rows], device=keep.device)
+        D = self.cfg.block_size
+        logits = self.context.draft_logits(self.target.get_input_embeddings(), self.target.get_output_embeddings(),
+                                           anchors, anchor_pos, D)  # [B, D - 1, V]
+        logits[..., self.mask_id] = float("-inf")
+        for b, r in enumerate(rows):
+            tokens, probs = self._choose(logits[b])
+            r.drafts = tokens.tolist()
+            r.draft_probs = None if self.cfg.temperature == 0 else probs
+
+
+POLICIES = {"ar": AR, "threshold": Threshold, "eb": EntropyBounded, "spec": Speculative, "dflash": DFlash}
+
+
+def make_policy(config: DecodeConfig, mask_id: int, generator, target=None, drafter=None) -> Policy:
+    if config.method == "dflash":
+        return POLICIES["dflash"](config, mask_id, generator, target, drafter)
+    return POLICIES[config.method](config, mask_id, generator)

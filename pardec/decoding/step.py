@@ -20,6 +20,7 @@ import torch
 
 from ..adapters import gated
 from ..cache import BlockCache
+from ..dflash.model import target_features
 from ..masks import CLEAN, additive, block_attention
 
 
@@ -29,6 +30,7 @@ class StepOutput:
     block_logits: torch.Tensor  # [B, NB * D, V] float32, block after block
     fed_pos: torch.Tensor  # [B, P] logical positions of the pending slots (padding: 0)
     pending_valid: torch.Tensor  # [B, P] bool: real (not padding) pending slots
+    features: torch.Tensor | None = None  # [B, P, F]: chosen layers' outputs at the pending slots (DFlash)
 
 
 # A block as a policy asks for it: (back, slot tokens). The block starts after all pending tokens but
@@ -45,6 +47,7 @@ def block_step(
     n_ntp: int,  # NTP logits wanted per row, counted from the end of pending
     mask_id: int,  # never predicted; gated adapters act where it is the input
     pad_id: int = 0,
+    feature_layers: tuple[int, ...] | None = None,  # return these layers' outputs at the pending slots
 ) -> StepOutput:
     device = cache.k_pos.device
     B = len(pending)
@@ -92,7 +95,9 @@ def block_step(
             cache=cache.kv,
             use_cache=True,
             logits_to_keep=n_ntp + NB * D,
+            output_hidden_states=feature_layers is not None,
         )
     logits = out.logits.float()  # [B, n_ntp + NB * D, V]
     logits[..., mask_id] = float("-inf")
-    return StepOutput(logits[:, :n_ntp], logits[:, n_ntp:], fed_pos, pending_valid)
+    features = target_features(out.hidden_states, feature_layers)[:, :P] if feature_layers is not None else None
+    return StepOutput(logits[:, :n_ntp], logits[:, n_ntp:], fed_pos, pending_valid, features)

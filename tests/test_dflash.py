@@ -1,0 +1,116 @@
+"""DFlash decoding on tiny random models, fp32: exact against AR, and the drafter's context cache
+stays exactly what a from-scratch pass over the committed text gives."""
+
+import pytest
+import torch
+
+from pardec.decoding import DecodeConfig, decode
+from pardec.decoding import engine as engine_mod
+from pardec.decoding.policies import DFlash
+from pardec.dflash import ContextCache, Drafter, DrafterConfig, target_features
+from pardec.dflash.model import init_from_target
+from pardec.errors import PardecError
+from tiny import tiny_model
+
+PROMPTS = [[1, 2, 3, 4, 5], [7, 8, 9], [10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20]]
+N = 24
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2"])
+def tiny(request):
+    model, mask_id = tiny_model(request.param)
+    torch.manual_seed(1)
+    drafter = Drafter(DrafterConfig.for_target(model.config, mask_id, n_layers=2, block_size=8)).eval()
+    return model, mask_id, drafter
+
+
+def run(model, mask_id, prompts, drafter=None, **kw):
+    kw.setdefault("max_new_tokens", N)
+    return decode(model, prompts, DecodeConfig(**kw), mask_id, drafter=drafter)
+
+
+@pytest.mark.parametrize("block_size", [2, 4, 8])
+def test_dflash_greedy_equals_ar_with_an_untrained_drafter(tiny, block_size):
+    model, mask_id, drafter = tiny
+    ar = run(model, mask_id, PROMPTS, method="ar")
+    got = run(model, mask_id, PROMPTS, drafter, method="dflash", block_size=block_size)
+    for a, d in zip(ar, got):
+        assert d.tokens == a.tokens
+        assert sum(d.accepted_per_step) == N and max(d.accepted_per_step) <= block_size
+
+
+class OracleDFlash(DFlash):
+    """Replaces the drafter's proposals with the true continuation, wrong at fixed positions (about
+    30%), so steps accept all, some or none of the drafts; after every step checks the context cache
+    against a from-scratch pass."""
+
+    truth: dict[int, list[int]] = {}
+    checks = 0
+
+    def after_step(self, rows, out, keep, alive):
+        super().after_step(rows, out, keep, alive)
+        check_context(self, rows)
+        for r in rows:
+            start = len(r.committed) - r.n_prompt
+            truth = self.truth[r.index] + [0] * 16
+            r.drafts = [truth[i] if (i * 2654435761) % 97 % 10 >= 3 else (truth[i] + 1) % 40
+                        for i in range(start, start + len(r.drafts))]
+        OracleDFlash.checks += 1
+
+
+@torch.no_grad()
+def check_context(policy, rows):
+    """Each row's valid context slots hold exactly positions 0 .. len(committed) - 2, with the keys
+    and values of a fresh target pass over that text; drafts from the cache equal drafts from a
+    cache built in one go."""
+    ctx, drafter, target = policy.context, policy.drafter, policy.target
+    for b, r in enumerate(rows):
+        text = r.committed[:-1]
+        assert ctx.pos[b][ctx.valid[b]].tolist() == list(range(len(text)))
+        hs = target(torch.tensor([text]), output_hidden_states=True).hidden_states
+        fresh = drafter.context_kv(target_features(hs, drafter.cfg.target_layers), torch.arange(len(text))[None])
+        for (k, v), (fk, fv) in zip(ctx.kv, fresh):
+            torch.testing.assert_close(k[b][:, ctx.valid[b]], fk[0], atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(v[b][:, ctx.valid[b]], fv[0], atol=1e-4, rtol=1e-4)
+        one = ContextCache(drafter, 1, "cpu")
+        one.append(target_features(hs, drafter.cfg.target_layers), torch.arange(len(text))[None],
+                   torch.ones(1, len(text), dtype=torch.bool))
+        D = policy.cfg.block_size
+        emb, head = target.get_input_embeddings(), target.get_output_embeddings()
+        anchor, apos = torch.tensor([r.committed[-1]]), torch.tensor([len(text)])
+        batched = ctx.draft_logits(emb, head, torch.tensor([x.committed[-1] for x in rows]),
+                                   torch.tensor([len(x.committed) - 1 for x in rows]), D)[b]
+        torch.testing.assert_close(batched, one.draft_logits(emb, head, anchor, apos, D)[0], atol=1e-4, rtol=1e-4)
+
+
+def test_context_cache_stays_exact_after_partial_acceptance(tiny, monkeypatch):
+    model, mask_id, drafter = tiny
+    ar = run(model, mask_id, PROMPTS, method="ar", max_new_tokens=30)
+    OracleDFlash.truth = {i: a.tokens for i, a in enumerate(ar)}
+    OracleDFlash.checks = 0
+    monkeypatch.setitem(engine_mod.make_policy.__globals__["POLICIES"], "dflash", OracleDFlash)
+    got = run(model, mask_id, PROMPTS, drafter, method="dflash", block_size=4, max_new_tokens=30)
+    steps = [s for g in got for s in g.accepted_per_step[1:]]
+    assert {1, 4} <= set(steps) and any(1 < s < 4 for s in steps)  # none, all and some accepted
+    assert [g.tokens for g in got] == [a.tokens for a in ar]
+    assert OracleDFlash.checks > 5
+    assert sum(len(g.tokens) for g in got) / sum(g.forwards for g in got) > 1.8
+
+
+def test_dflash_errors(tiny):
+    model, mask_id, drafter = tiny
+    with pytest.raises(PardecError, match="needs a drafter"):
+        run(model, mask_id, PROMPTS[:1], method="dflash")
+    with pytest.raises(PardecError, match="exceeds the drafter"):
+        run(model, mask_id, PROMPTS[:1], drafter, method="dflash", block_size=9)
+    with pytest.raises(PardecError, match="block size >= 2"):
+        DecodeConfig(method="dflash", block_size=1)
+
+
+def test_init_from_target_copies_the_last_layers(tiny):
+    model, mask_id, _ = tiny
+    d = Drafter(DrafterConfig.for_target(model.config, mask_id, n_layers=1, block_size=4))
+    assert init_from_target(d, model) >= 7
+    last = model.get_decoder().layers[-1]
+    assert torch.equal(d.layers[0].mlp.down_proj.weight, last.mlp.down_proj.weight)
+    assert d.cfg.target_layers == (0, 1) or d.cfg.target_layers == (1,)
