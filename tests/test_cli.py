@@ -88,3 +88,34 @@ def test_help_explains_every_method():
     assert proc.returncode == 0
     for word in ("ar", "threshold", "eb", "spec", "--no-chat", "--stop", "--json"):
         assert word in proc.stdout
+
+
+def test_train_drafter_then_generate_and_bench_with_dflash(tiny_dir, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("PARDEC_CACHE", str(tmp_path / "cache"))
+    data = tmp_path / "distilled.jsonl"
+    words = "the cat sat on the mat and the dog ran far to home".split()
+    data.write_text("".join(json.dumps({"prompt": " ".join(words[i : i + 3]), "response": " ".join(words[i:] * 2)}) + "\n"
+                            for i in range(6)))
+    ck = tmp_path / "drafter"
+    code, _, err = run_cli(capsys, "train-drafter", "--model", tiny_dir, "--data", str(data), "--out", str(ck),
+                           "--dtype", "float32", "--steps", "3", "--eval-every", "3", "--heldout", "1",
+                           "--layers", "1", "--block-size", "4")
+    assert code == 0, err
+    assert "held-out dflash TPF" in err and (ck / "drafter.json").is_file() and (ck / "curves.png").is_file()
+    assert any((tmp_path / "cache" / "features").glob("*/shard-*.safetensors"))
+    common = ["generate", "--model", tiny_dir, "--prompt", "one two three", "--dtype", "float32",
+              "--max-new-tokens", "10", "--json"]
+    code, out, err = run_cli(capsys, *common, "--method", "dflash", "--drafter", str(ck))
+    assert code == 0, err
+    rec = json.loads(out)
+    code, out, _ = run_cli(capsys, *common, "--method", "ar")
+    assert rec["method"] == "dflash" and rec["text"] == json.loads(out)["text"]  # lossless
+    code, _, err = run_cli(capsys, *common, "--method", "dflash", "--drafter", "none")
+    assert code == 2 and "needs a drafter" in err
+    code, _, err = run_cli(capsys, *common, "--method", "dflash", "--drafter", str(ck), "--block-size", "6")
+    assert code == 2 and "exceeds the drafter" in err
+    code, _, err = run_cli(capsys, "export", str(ck), str(tmp_path / "hf"), "--format", "dflash")
+    assert code == 0 and json.loads((tmp_path / "hf" / "config.json").read_text())["dflash_config"]["block_size"] == 4
+    code, _, err = run_cli(capsys, "train-drafter", "--model", tiny_dir, "--data", str(data), "--out", str(ck),
+                           "--target-layers", "0,x")
+    assert code == 2 and "--target-layers" in err

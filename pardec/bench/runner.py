@@ -24,7 +24,7 @@ from . import scoring
 from .tasks import Item
 
 # The value after `method@` without a name sets this setting.
-PRIMARY = {"threshold": "threshold", "eb": "gamma", "spec": "block_size", "ar": None, "hf": None}
+PRIMARY = {"threshold": "threshold", "eb": "gamma", "spec": "block_size", "dflash": "block_size", "ar": None, "hf": None}
 HF = "hf"  # transformers' own generate, greedy: a reference for pardec's AR loop
 
 
@@ -91,7 +91,7 @@ def _score(task: str, item: Item, text: str) -> float | None:
 
 
 def run_bench(model, tokenizer, mask_id: int, items: list[Item], specs: list[MethodSpec], task: str,
-              nll_model=None, chat: bool = True, progress: bool = True) -> dict:
+              nll_model=None, chat: bool = True, progress: bool = True, drafter=None) -> dict:
     nll_model = nll_model or model
     stops = stop_token_ids(model, tokenizer)
     prompts = [encode_prompt(tokenizer, it.prompt, chat) for it in items]
@@ -101,7 +101,7 @@ def run_bench(model, tokenizer, mask_id: int, items: list[Item], specs: list[Met
         if s.label == HF:
             _hf_generate(model, prompts[0], warm, mask_id, stops)
         else:
-            decode(model, prompts[:1], warm, mask_id, stops)
+            decode(model, prompts[:1], warm, mask_id, stops, drafter=drafter)
     per = {s.label: [] for s in specs}
     bar = tqdm(total=len(items) * len(specs), desc="bench", unit="run", disable=not progress)
     for i, (item, ids) in enumerate(zip(items, prompts)):
@@ -110,7 +110,7 @@ def run_bench(model, tokenizer, mask_id: int, items: list[Item], specs: list[Met
             if s.label == HF:
                 tokens, forwards, steps, seconds = _hf_generate(model, ids, s.config, mask_id, stops)
             else:
-                r = decode(model, [ids], s.config, mask_id, stops)[0]
+                r = decode(model, [ids], s.config, mask_id, stops, drafter=drafter)[0]
                 tokens, forwards, steps, seconds = r.tokens, r.forwards, r.accepted_per_step, r.seconds
             text = tokenizer.decode(tokens, skip_special_tokens=True)
             per[s.label].append(dict(id=item.id, tokens=tokens, forwards=forwards, steps=steps,

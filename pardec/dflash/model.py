@@ -280,7 +280,7 @@ class ContextCache:
         mask = torch.cat([self.valid[:, None, :].expand(B, D, S),
                           torch.ones(B, D, D, dtype=torch.bool, device=anchors.device)], 2)  # [B, D, S + D]
         h = self.drafter(embed(ids), pos, self.kv or _empty_kv(self.drafter, B, anchors.device), mask)
-        return head(h[:, 1:]).float()
+        return head(h[:, 1:].to(head.weight.dtype)).float()  # a float32 drafter in training, bf16 head
 
 
 def _empty_kv(drafter: Drafter, B: int, device):

@@ -1,0 +1,142 @@
+"""Drafter checkpoints: pardec's own (safetensors + `drafter.json` with every setting), and an
+export to the layout of the public DFlash drafters (a Hugging Face folder: `config.json` with a
+Qwen3-style config and `dflash_config`, `model.safetensors` with the same tensor names), which
+SGLang's DFLASH speculative algorithm and z-lab's `dflash` package load next to the target."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from ..errors import PardecError
+from .model import Drafter, DrafterConfig
+
+SETTINGS = "drafter.json"
+WEIGHTS = "drafter.safetensors"
+FORMAT = "pardec-dflash-drafter/1"
+BUNDLED = Path(__file__).resolve().parent.parent / "weights"  # <alias>-dflash folders shipped with pardec
+
+
+def save(path: str | Path, drafter: Drafter, base_model: str, base_sha256: str | None,
+         training: dict | None = None, extra: dict[str, torch.Tensor] | None = None,
+         dtype: torch.dtype | None = None) -> None:
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    tensors = {n: (p.detach().to(dtype) if dtype else p.detach()).contiguous().cpu()
+               for n, p in drafter.named_parameters()}
+    tensors.update({k: v.detach().contiguous().cpu() for k, v in (extra or {}).items()})
+    save_file(tensors, str(path / WEIGHTS))
+    settings = dict(format=FORMAT, base_model=base_model, base_sha256=base_sha256,
+                    drafter=drafter.cfg.to_dict(), training=training)
+    (path / SETTINGS).write_text(json.dumps(settings, indent=2) + "\n")
+
+
+def read_settings(path: str | Path) -> dict:
+    f = Path(path) / SETTINGS
+    if not f.is_file():
+        raise PardecError(f"'{path}' is not a pardec drafter checkpoint (no {SETTINGS})")
+    try:
+        s = json.loads(f.read_text())
+        DrafterConfig.from_dict(s["drafter"])
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise PardecError(f"corrupt drafter settings in '{f}': {e}") from e
+    if s.get("format") != FORMAT:
+        raise PardecError(f"'{path}' has drafter format '{s.get('format')}', which this version cannot load")
+    return s
+
+
+def read_tensors(path: str | Path) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(str(Path(path) / WEIGHTS))
+    except Exception as e:  # safetensors raises several types for truncated or garbled files
+        raise PardecError(f"corrupt drafter weights in '{path}': {e}") from e
+
+
+def resolve(model: str, drafter: str | None) -> Path | None:
+    """`--drafter` value -> folder: "auto" = the drafter bundled for this model alias, if any."""
+    if drafter in (None, "none"):
+        return None
+    if drafter == "auto":
+        bundled = BUNDLED / f"{model}-dflash"
+        return bundled if (bundled / SETTINGS).is_file() else None
+    return Path(drafter)
+
+
+def load(path: str | Path, target, base_model: str, mask_id: int) -> Drafter:
+    """A drafter checkpoint for `target` (loaded as `base_model` with [MASK] = mask_id), in the
+    target's dtype and device."""
+    s = read_settings(path)
+    if s["base_model"] != base_model:
+        raise PardecError(f"drafter '{path}' was made for base model '{s['base_model']}', not '{base_model}'")
+    cfg = DrafterConfig.from_dict(s["drafter"])
+    head = target.get_output_embeddings().weight
+    if cfg.mask_token_id != mask_id or cfg.hidden_size != head.shape[1] or cfg.n_target_layers != target.config.num_hidden_layers:
+        raise PardecError(f"drafter '{path}' does not fit this model (vocabulary, [MASK] id or widths differ)")
+    drafter = Drafter(cfg)
+    tensors = read_tensors(path)
+    params = dict(drafter.named_parameters())
+    missing = set(params) - set(tensors)
+    if missing:
+        raise PardecError(f"drafter '{path}' lacks tensor '{sorted(missing)[0]}'")
+    with torch.no_grad():
+        for n, p in params.items():
+            if tensors[n].shape != p.shape:
+                raise PardecError(f"drafter '{path}': tensor '{n}' has shape {tuple(tensors[n].shape)}, "
+                                  f"expected {tuple(p.shape)}")
+            p.copy_(tensors[n])
+    return drafter.to(device=target.device, dtype=target.dtype).eval()
+
+
+def export(src: str | Path, dst: str | Path, dtype: torch.dtype = torch.bfloat16) -> None:
+    """Drop optimizer state and cast to `dtype`: the artefact to ship or commit."""
+    s = read_settings(src)
+    tensors = {k: v.to(dtype) for k, v in read_tensors(src).items() if not k.startswith("optimizer.")}
+    dst = Path(dst)
+    dst.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(dst / WEIGHTS))
+    (dst / SETTINGS).write_text(json.dumps(s, indent=2) + "\n")
+    for extra in ("history.jsonl", "curves.png"):
+        if (Path(src) / extra).exists():
+            shutil.copyfile(Path(src) / extra, dst / extra)
+
+
+def export_dflash(src: str | Path, dst: str | Path, dtype: torch.dtype = torch.bfloat16) -> None:
+    """Write the drafter in the layout of the public DFlash drafters (`DFlashDraftModel`, model_type
+    qwen3). The drafter embeds [MASK] with the target's embedding row `mask_token_id`: pardec adds
+    that row to the target (surgery.add_mask_token), so an engine must load the target with it."""
+    s = read_settings(src)
+    cfg = DrafterConfig.from_dict(s["drafter"])
+    tensors = {k: v.to(dtype) for k, v in read_tensors(src).items() if not k.startswith("optimizer.")}
+    config = {
+        "architectures": ["DFlashDraftModel"],
+        "model_type": "qwen3",
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "hidden_act": "silu",
+        "hidden_size": cfg.hidden_size,
+        "head_dim": cfg.head_dim,
+        "intermediate_size": cfg.intermediate_size,
+        "num_attention_heads": cfg.n_heads,
+        "num_key_value_heads": cfg.n_kv_heads,
+        "num_hidden_layers": cfg.n_layers,
+        "num_target_layers": cfg.n_target_layers,
+        "max_position_embeddings": cfg.max_position_embeddings,
+        "rms_norm_eps": cfg.rms_eps,
+        "rope_parameters": {"rope_theta": cfg.rope_theta, "rope_type": "default"},
+        "rope_theta": cfg.rope_theta,
+        "vocab_size": cfg.vocab_size,
+        "tie_word_embeddings": False,
+        "use_cache": False,
+        "dtype": str(dtype).removeprefix("torch."),
+        "dflash_config": {"block_size": cfg.block_size, "mask_token_id": cfg.mask_token_id,
+                          "target_layer_ids": list(cfg.target_layers)},
+        "pardec": {"base_model": s["base_model"], "base_sha256": s.get("base_sha256")},
+    }
+    dst = Path(dst)
+    dst.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(dst / "model.safetensors"), metadata={"format": "pt"})
+    (dst / "config.json").write_text(json.dumps(config, indent=2) + "\n")

@@ -1,0 +1,117 @@
+"""DFlash drafter training on a tiny model: cached features, training raises TPF, checkpoints load,
+resume is exact, the DFlash-format export has the public layout."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from pardec.decoding import DecodeConfig, decode
+from pardec.dflash import Drafter, DrafterConfig
+from pardec.dflash import checkpoint as dcheckpoint
+from pardec.errors import PardecError
+from pardec.training.data import Example
+from pardec.training.drafter import DrafterTrainConfig, cache_features, load_features, train_drafter
+from test_training import counting_model
+
+
+def cfg(**kw):
+    base = dict(block_size=4, layers=1, anchors_per_sequence=16, lr=3e-3, warmup_steps=2, steps=80,
+                grad_accum=2, bf16=False, eval_every=40, eval_max_new_tokens=24, decay=2.0)
+    base.update(kw)
+    return DrafterTrainConfig(**base)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    model, mask_id, prompts = counting_model()
+    outs = decode(model, prompts, DecodeConfig(method="ar", max_new_tokens=40), mask_id)
+    data = [Example(p + o.tokens, len(p)) for p, o in zip(prompts[:32], outs[:32])]  # self-distilled
+    folder = tmp_path_factory.mktemp("features")
+    dcfg = DrafterConfig.for_target(model.config, mask_id, n_layers=1, block_size=4)
+    cache_features(model, data, dcfg.target_layers, folder, progress=False)
+    return model, mask_id, prompts[32:], data, load_features(folder, len(data)), dcfg, folder
+
+
+def new_drafter(dcfg, seed=0):
+    torch.manual_seed(seed)
+    return Drafter(dcfg)
+
+
+def tpf(model, mask_id, prompts, drafter):
+    res = decode(model, prompts, DecodeConfig(method="dflash", block_size=4, max_new_tokens=24), mask_id,
+                 drafter=drafter.eval())
+    return sum(len(r.tokens) for r in res) / sum(r.forwards for r in res), res
+
+
+def test_feature_cache_holds_the_targets_layers_and_resumes(setup):
+    model, mask_id, _, data, features, dcfg, folder = setup
+    hs = model(torch.tensor([data[3].ids]), output_hidden_states=True).hidden_states
+    want = torch.cat([hs[i + 1][0] for i in dcfg.target_layers], -1)
+    torch.testing.assert_close(features[3].float(), want, atol=0.02, rtol=0.02)  # stored in bf16
+    shard = sorted(folder.glob("shard-*.safetensors"))[0]
+    stamp = shard.stat().st_mtime_ns
+    cache_features(model, data, dcfg.target_layers, folder, progress=False)  # nothing to redo
+    assert shard.stat().st_mtime_ns == stamp
+    with pytest.raises(PardecError, match="lacks example"):
+        load_features(folder, len(data) + 1)
+
+
+def test_training_raises_dflash_tpf_and_stays_lossless(setup, tmp_path):
+    model, mask_id, heldout, data, features, dcfg, _ = setup
+    drafter = new_drafter(dcfg)
+    before, _ = tpf(model, mask_id, heldout, drafter)
+    hist = train_drafter(model, drafter, data, features, heldout, cfg(), tmp_path / "ck", "tiny", None,
+                         progress=False)
+    assert hist[-1]["loss"] < 0.2 * hist[0]["loss"]
+    after, res = tpf(model, mask_id, heldout, drafter)
+    assert before < 1.3 and after > 2.5 and hist[-1]["heldout_tpf"] == pytest.approx(after)
+    ar = decode(model, heldout, DecodeConfig(method="ar", max_new_tokens=24), mask_id)
+    assert [r.tokens for r in res] == [r.tokens for r in ar]
+    # The checkpoint loads into a fresh drafter that drafts the same.
+    loaded = dcheckpoint.load(tmp_path / "ck", model, "tiny", mask_id)
+    assert tpf(model, mask_id, heldout, loaded)[1][0].accepted_per_step == res[0].accepted_per_step
+    with pytest.raises(PardecError, match="made for base model"):
+        dcheckpoint.load(tmp_path / "ck", model, "other", mask_id)
+
+
+def test_resume_matches_an_uninterrupted_run(setup, tmp_path):
+    model, mask_id, _, data, features, dcfg, _ = setup
+    c = cfg(steps=6, eval_every=3)
+    straight = new_drafter(dcfg)
+    train_drafter(model, straight, data, features, [], c, tmp_path / "a", "tiny", None, progress=False)
+    first = new_drafter(dcfg)
+    train_drafter(model, first, data, features, [], cfg(steps=3, eval_every=3), tmp_path / "b", "tiny", None,
+                  progress=False)
+    resumed = new_drafter(dcfg, seed=5)  # weights come from the checkpoint
+    train_drafter(model, resumed, data, features, [], c, tmp_path / "c", "tiny", None, resume=tmp_path / "b",
+                  progress=False)
+    for (n, a), (_, b) in zip(straight.named_parameters(), resumed.named_parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6, msg=n)
+    with pytest.raises(PardecError, match="settings differ"):
+        train_drafter(model, new_drafter(dcfg), data, features, [], cfg(steps=6, lr=1.0), tmp_path / "d", "tiny",
+                      None, resume=tmp_path / "b", progress=False)
+
+
+def test_exports(setup, tmp_path):
+    model, mask_id, _, data, features, dcfg, _ = setup
+    drafter = new_drafter(dcfg)
+    train_drafter(model, drafter, data, features, [], cfg(steps=2, eval_every=2), tmp_path / "ck", "tiny", None,
+                  progress=False)
+    dcheckpoint.export(tmp_path / "ck", tmp_path / "small")
+    small = load_file(str(tmp_path / "small" / dcheckpoint.WEIGHTS))
+    assert not any(k.startswith("optimizer.") for k in small) and all(v.dtype == torch.bfloat16 for v in small.values())
+    dcheckpoint.export_dflash(tmp_path / "ck", tmp_path / "hf")
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert config["architectures"] == ["DFlashDraftModel"]
+    assert config["dflash_config"] == {"block_size": 4, "mask_token_id": mask_id,
+                                       "target_layer_ids": list(dcfg.target_layers)}
+    tensors = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    assert {"fc.weight", "hidden_norm.weight", "norm.weight", "layers.0.self_attn.q_norm.weight",
+            "layers.0.mlp.down_proj.weight"} <= set(tensors)
+    assert tensors["fc.weight"].shape == (dcfg.hidden_size, dcfg.hidden_size * len(dcfg.target_layers))
+    # Corrupt weights give a clear error.
+    (tmp_path / "small" / dcheckpoint.WEIGHTS).write_bytes(b"garbage")
+    with pytest.raises(PardecError, match="corrupt drafter weights"):
+        dcheckpoint.load(tmp_path / "small", model, "tiny", mask_id)
