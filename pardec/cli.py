@@ -157,8 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--block-size", type=int, default=dt.block_size, help=f"D (default {dt.block_size})")
     t.add_argument("--target-layers", default=None,
                    help="comma list of target layer indices to condition on (default: 3 spread over the depth)")
-    t.add_argument("--init", choices=("target", "random"), default=dt.init,
-                   help="start the drafter's layers as copies of the target's last layers (default) or random")
+    t.add_argument("--init", choices=("norm", "target", "random"), default=dt.init,
+                   help="norm (default): random layers, the target's final norm; target: also copy the "
+                        "target's last layers; random")
     t.add_argument("--anchors", type=int, default=dt.anchors_per_sequence, help="blocks per training sequence")
     t.add_argument("--decay", type=float, default=dt.decay, help="slot j weighs exp(-(j-1)/decay)")
     t.add_argument("--lr", type=float, default=dt.lr)
@@ -345,7 +346,7 @@ def _train_drafter(args) -> None:
 
     from . import models
     from .api import encode_prompt, load_model, stop_token_ids
-    from .dflash.model import Drafter, DrafterConfig, init_from_target
+    from .dflash.model import Drafter, DrafterConfig, embedding_scale, init_from_target, set_feature_scale
     from .training.data import read_pairs, tokenize
     from .training.drafter import (DrafterTrainConfig, cache_features, features_key, load_features,
                                    train_drafter)
@@ -366,7 +367,8 @@ def _train_drafter(args) -> None:
     dtype = getattr(torch, args.dtype)
     model, tok, mask_id = load_model(args.model, dtype, "none")
     dcfg = DrafterConfig.for_target(model.config, mask_id, cfg.layers, cfg.block_size, cfg.target_layers,
-                                    vocab_size=model.get_output_embeddings().weight.shape[0])
+                                    vocab_size=model.get_output_embeddings().weight.shape[0],
+                                    embed_scale=embedding_scale(model))
     train_rows, held_rows = rows[: len(rows) - args.heldout], rows[len(rows) - args.heldout :]
     train = tokenize(model, tok, train_rows, cfg.max_length)
     heldout = [encode_prompt(tok, r["prompt"]) for r in held_rows]
@@ -376,8 +378,10 @@ def _train_drafter(args) -> None:
     features = load_features(folder, len(train))
     torch.manual_seed(cfg.seed)
     drafter = Drafter(dcfg)
-    if cfg.init == "target" and args.resume is None:
-        init_from_target(drafter, model)
+    if args.resume is None:
+        set_feature_scale(drafter, features)
+        if cfg.init != "random":
+            init_from_target(drafter, model, layers=cfg.init == "target")
     spec = models.PACKAGED.get(args.model)
     hist = train_drafter(model, drafter, train, features, heldout, cfg, args.out, args.model,
                          spec.sha256 if spec else None, stop_token_ids(model, tok), resume=args.resume)

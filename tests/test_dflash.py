@@ -8,7 +8,7 @@ from pardec.decoding import DecodeConfig, decode
 from pardec.decoding import engine as engine_mod
 from pardec.decoding.policies import DFlash
 from pardec.dflash import ContextCache, Drafter, DrafterConfig, target_features
-from pardec.dflash.model import init_from_target
+from pardec.dflash.model import embedding_scale, init_from_target
 from pardec.errors import PardecError
 from tiny import tiny_model
 
@@ -114,3 +114,12 @@ def test_init_from_target_copies_the_last_layers(tiny):
     last = model.get_decoder().layers[-1]
     assert torch.equal(d.layers[0].mlp.down_proj.weight, last.mlp.down_proj.weight)
     assert d.cfg.target_layers == (0, 1) or d.cfg.target_layers == (1,)
+
+
+def test_embedding_scale_brings_block_embeddings_to_rms_one(tiny):
+    model, mask_id, _ = tiny
+    scaled = model.get_input_embeddings().weight * embedding_scale(model)
+    assert scaled.pow(2).mean().sqrt().item() == pytest.approx(1.0, rel=1e-4)
+    d = Drafter(DrafterConfig.for_target(model.config, mask_id, n_layers=1, block_size=4))
+    assert init_from_target(d, model, layers=False) == 1
+    assert torch.equal(d.norm.weight, model.get_decoder().norm.weight)

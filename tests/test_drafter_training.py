@@ -10,6 +10,7 @@ from safetensors.torch import load_file
 from pardec.decoding import DecodeConfig, decode
 from pardec.dflash import Drafter, DrafterConfig
 from pardec.dflash import checkpoint as dcheckpoint
+from pardec.dflash.model import set_feature_scale
 from pardec.errors import PardecError
 from pardec.training.data import Example
 from pardec.training.drafter import DrafterTrainConfig, cache_features, load_features, train_drafter
@@ -61,6 +62,7 @@ def test_feature_cache_holds_the_targets_layers_and_resumes(setup):
 def test_training_raises_dflash_tpf_and_stays_lossless(setup, tmp_path):
     model, mask_id, heldout, data, features, dcfg, _ = setup
     drafter = new_drafter(dcfg)
+    set_feature_scale(drafter, features)
     before, _ = tpf(model, mask_id, heldout, drafter)
     hist = train_drafter(model, drafter, data, features, heldout, cfg(), tmp_path / "ck", "tiny", None,
                          progress=False)
@@ -97,6 +99,7 @@ def test_resume_matches_an_uninterrupted_run(setup, tmp_path):
 def test_exports(setup, tmp_path):
     model, mask_id, _, data, features, dcfg, _ = setup
     drafter = new_drafter(dcfg)
+    set_feature_scale(drafter, features)
     train_drafter(model, drafter, data, features, [], cfg(steps=2, eval_every=2), tmp_path / "ck", "tiny", None,
                   progress=False)
     dcheckpoint.export(tmp_path / "ck", tmp_path / "small")
@@ -105,12 +108,17 @@ def test_exports(setup, tmp_path):
     dcheckpoint.export_dflash(tmp_path / "ck", tmp_path / "hf")
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert config["architectures"] == ["DFlashDraftModel"]
-    assert config["dflash_config"] == {"block_size": 4, "mask_token_id": mask_id,
+    assert config["dflash_config"] == {"block_size": 4, "mask_token_id": mask_id, "input_embedding_scale": 1.0,
                                        "target_layer_ids": list(dcfg.target_layers)}
     tensors = load_file(str(tmp_path / "hf" / "model.safetensors"))
     assert {"fc.weight", "hidden_norm.weight", "norm.weight", "layers.0.self_attn.q_norm.weight",
             "layers.0.mlp.down_proj.weight"} <= set(tensors)
     assert tensors["fc.weight"].shape == (dcfg.hidden_size, dcfg.hidden_size * len(dcfg.target_layers))
+    # The feature scale is folded into fc: their fc on raw features == ours on scaled features.
+    assert "feature_scale" not in tensors and not torch.equal(drafter.feature_scale, torch.ones_like(drafter.feature_scale))
+    x = features[0][:5].float()
+    torch.testing.assert_close(x @ tensors["fc.weight"].float().T, drafter.fc(x * drafter.feature_scale),
+                               atol=0.05, rtol=0.02)  # bf16 export
     # Corrupt weights give a clear error.
     (tmp_path / "small" / dcheckpoint.WEIGHTS).write_bytes(b"garbage")
     with pytest.raises(PardecError, match="corrupt drafter weights"):

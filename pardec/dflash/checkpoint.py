@@ -27,7 +27,7 @@ def save(path: str | Path, drafter: Drafter, base_model: str, base_sha256: str |
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     tensors = {n: (p.detach().to(dtype) if dtype else p.detach()).contiguous().cpu()
-               for n, p in drafter.named_parameters()}
+               for n, p in drafter.state_dict().items()}  # parameters and the feature scale
     tensors.update({k: v.detach().contiguous().cpu() for k, v in (extra or {}).items()})
     save_file(tensors, str(path / WEIGHTS))
     settings = dict(format=FORMAT, base_model=base_model, base_sha256=base_sha256,
@@ -78,7 +78,7 @@ def load(path: str | Path, target, base_model: str, mask_id: int) -> Drafter:
         raise PardecError(f"drafter '{path}' does not fit this model (vocabulary, [MASK] id or widths differ)")
     drafter = Drafter(cfg)
     tensors = read_tensors(path)
-    params = dict(drafter.named_parameters())
+    params = drafter.state_dict()
     missing = set(params) - set(tensors)
     if missing:
         raise PardecError(f"drafter '{path}' lacks tensor '{sorted(missing)[0]}'")
@@ -110,7 +110,10 @@ def export_dflash(src: str | Path, dst: str | Path, dtype: torch.dtype = torch.b
     that row to the target (surgery.add_mask_token), so an engine must load the target with it."""
     s = read_settings(src)
     cfg = DrafterConfig.from_dict(s["drafter"])
-    tensors = {k: v.to(dtype) for k, v in read_tensors(src).items() if not k.startswith("optimizer.")}
+    tensors = {k: v for k, v in read_tensors(src).items() if not k.startswith("optimizer.")}
+    # Their fc reads the raw features: fold pardec's fixed feature scale into its columns.
+    tensors["fc.weight"] = tensors["fc.weight"].float() * tensors.pop("feature_scale").float()[None, :]
+    tensors = {k: v.to(dtype) for k, v in tensors.items()}
     config = {
         "architectures": ["DFlashDraftModel"],
         "model_type": "qwen3",
@@ -133,7 +136,7 @@ def export_dflash(src: str | Path, dst: str | Path, dtype: torch.dtype = torch.b
         "use_cache": False,
         "dtype": str(dtype).removeprefix("torch."),
         "dflash_config": {"block_size": cfg.block_size, "mask_token_id": cfg.mask_token_id,
-                          "target_layer_ids": list(cfg.target_layers)},
+                          "target_layer_ids": list(cfg.target_layers), "input_embedding_scale": cfg.embed_scale},
         "pardec": {"base_model": s["base_model"], "base_sha256": s.get("base_sha256")},
     }
     dst = Path(dst)

@@ -37,6 +37,7 @@ class DrafterConfig:
     block_size: int  # D: the block [anchor, MASK x (D - 1)] drafts D - 1 tokens
     mask_token_id: int
     vocab_size: int
+    embed_scale: float = 1.0  # block embeddings are multiplied by this (DFlash's input_embedding_scale)
     rope_theta: float = 10000.0
     rms_eps: float = 1e-6
     max_position_embeddings: int = 32768
@@ -64,7 +65,8 @@ class DrafterConfig:
 
     @classmethod
     def for_target(cls, config, mask_id: int, n_layers: int = 2, block_size: int = 8,
-                   target_layers: tuple[int, ...] | None = None, vocab_size: int | None = None) -> "DrafterConfig":
+                   target_layers: tuple[int, ...] | None = None, vocab_size: int | None = None,
+                   embed_scale: float = 1.0) -> "DrafterConfig":
         """Same widths as the target (so the shared embedding and head fit, and layers can start
         as copies of the target's); target layers spread from the second to the fourth-last."""
         L = config.num_hidden_layers
@@ -81,7 +83,7 @@ class DrafterConfig:
             head_dim=getattr(config, "head_dim", None) or config.hidden_size // heads,
             intermediate_size=config.intermediate_size, target_layers=tuple(target_layers),
             n_target_layers=L, block_size=block_size, mask_token_id=mask_id,
-            vocab_size=vocab_size or config.vocab_size,
+            vocab_size=vocab_size or config.vocab_size, embed_scale=embed_scale,
             rope_theta=float(theta or getattr(config, "rope_theta", 10000.0)),
             rms_eps=float(getattr(config, "rms_norm_eps", 1e-6)),
             max_position_embeddings=getattr(config, "max_position_embeddings", 32768),
@@ -179,6 +181,11 @@ class Drafter(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.fc = nn.Linear(cfg.feature_size, cfg.hidden_size, bias=False)
+        # A fixed per-channel scale on the target's features before `fc`. Residual streams carry a few
+        # channels ~100x the median ("massive activations"); unscaled, they swamp fc's output and its
+        # Adam updates for hundreds of steps. Set from data once (set_feature_scale); being linear
+        # before a linear map, it folds into fc.weight on export.
+        self.register_buffer("feature_scale", torch.ones(cfg.feature_size))
         self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
         self.layers = nn.ModuleList(Layer(cfg) for _ in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
@@ -189,28 +196,50 @@ class Drafter(nn.Module):
 
     def context_kv(self, features: torch.Tensor, pos: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Target features [B, S, F] at positions pos [B, S] -> per layer, keys and values [B, kv, S, d]."""
-        ctx = self.hidden_norm(self.fc(features.to(self.dtype)))  # [B, S, H]
+        ctx = self.hidden_norm(self.fc(features.to(self.dtype) * self.feature_scale.to(self.dtype)))  # [B, S, H]
         return [layer.self_attn.kv(ctx, pos) for layer in self.layers]
 
     def forward(self, embeds: torch.Tensor, pos: torch.Tensor, ctx_kv, mask: torch.Tensor) -> torch.Tensor:
         """Block embeddings [B, T, H] at pos [B, T]; ctx_kv from context_kv (S slots); mask [B, T, S + T]
         bool (True = may attend). Returns final hidden states [B, T, H], for the target's head."""
-        x = embeds.to(self.dtype)
+        x = embeds.to(self.dtype) * self.cfg.embed_scale
         for layer, ctx in zip(self.layers, ctx_kv):
             x = layer(x, pos, ctx, mask)
         return self.norm(x)
 
 
 @torch.no_grad()
-def init_from_target(drafter: Drafter, target) -> int:
-    """Start the drafter's layers as copies of the target's last layers, where names and shapes fit
-    (attention biases and q/k norms have no counterpart and stay as they are). Returns the number of
-    tensors copied; 0 leaves a random drafter (e.g. a target of another layout)."""
+def embedding_scale(target) -> float:
+    """1 / RMS of the target's input embeddings. Many LMs embed tokens at RMS ~0.01, while the
+    injected context is normalised to RMS 1: unscaled, the block's own tokens are drowned by the
+    context's average and every slot predicts the same token."""
+    w = target.get_input_embeddings().weight
+    return float(torch.rsqrt(w.float().pow(2).mean()))
+
+
+@torch.no_grad()
+def set_feature_scale(drafter: Drafter, features: list[torch.Tensor], max_rows: int = 50_000) -> None:
+    """feature_scale = 1 / RMS of each feature channel over (up to max_rows of) the training data."""
+    rows = torch.cat([f.float() for f in features])[:max_rows]  # [N, F]
+    drafter.feature_scale.copy_(torch.rsqrt(rows.pow(2).mean(0) + 1e-6).to(drafter.feature_scale.dtype))
+
+
+@torch.no_grad()
+def init_from_target(drafter: Drafter, target, layers: bool = True) -> int:
+    """Start the drafter's final norm as the target's (its weights set the logit scale the shared
+    head expects) and, with `layers`, its layers as copies of the target's last layers where names
+    and shapes fit. Returns the number of tensors copied."""
+    n = 0
+    norm = getattr(target.get_decoder(), "norm", None)
+    if norm is not None and getattr(norm, "weight", None) is not None and norm.weight.shape == drafter.norm.weight.shape:
+        drafter.norm.weight.copy_(norm.weight.to(drafter.dtype))
+        n += 1
+    if not layers:
+        return n
     try:
         layers = target.get_decoder().layers
     except AttributeError:
-        return 0
-    n = 0
+        return n
     offset = len(layers) - len(drafter.layers)
     for i, mine in enumerate(drafter.layers):
         theirs = dict(layers[offset + i].named_parameters())
@@ -218,10 +247,6 @@ def init_from_target(drafter: Drafter, target) -> int:
             if name in theirs and theirs[name].shape == p.shape:
                 p.copy_(theirs[name].to(p.dtype))
                 n += 1
-    norm = getattr(target.get_decoder(), "norm", None)
-    if norm is not None and getattr(norm, "weight", None) is not None and norm.weight.shape == drafter.norm.weight.shape:
-        drafter.norm.weight.copy_(norm.weight.to(drafter.dtype))
-        n += 1
     return n
 
 

@@ -36,7 +36,9 @@ class DrafterTrainConfig:
     block_size: int = 8  # D: the drafter proposes D - 1 tokens per forward
     layers: int = 2  # drafter depth
     target_layers: tuple[int, ...] | None = None  # None: 3 spread over the target's depth
-    init: str = "target"  # "target": layers start as copies of the target's last layers; "random"
+    # "norm": random layers, the target's final norm (default; copies of the target's last layers,
+    # "target", fed embeddings instead of a deep residual stream, trained worse); "random": all random
+    init: str = "norm"
     anchors_per_sequence: int = 32  # K blocks per training sequence
     decay: float | None = 4.0  # slot j weighs exp(-(j - 1) / decay); None = flat
     lr: float = 6e-4
@@ -56,8 +58,8 @@ class DrafterTrainConfig:
             raise PardecError("drafter training needs block size >= 2, layers >= 1, anchors >= 1")
         if self.steps < 1 or self.grad_accum < 1 or self.lr <= 0:
             raise PardecError("steps and grad accum must be >= 1 and lr > 0")
-        if self.init not in ("target", "random"):
-            raise PardecError("init must be 'target' or 'random'")
+        if self.init not in ("norm", "target", "random"):
+            raise PardecError("init must be 'norm', 'target' or 'random'")
         if self.decay is not None and self.decay <= 0:
             raise PardecError("decay must be > 0")
 
@@ -266,7 +268,7 @@ def _resume(drafter, opt, path, cfg: DrafterTrainConfig) -> tuple[int, list[dict
         raise PardecError(f"cannot resume: settings differ from the checkpoint's ({', '.join(changed)})")
     tensors = dcheckpoint.read_tensors(path)
     with torch.no_grad():
-        for n, p in drafter.named_parameters():
+        for n, p in drafter.state_dict().items():
             p.copy_(tensors[n])
     for n, p in drafter.named_parameters():
         opt.state[p] = {"step": torch.tensor(float(step)), "exp_avg": tensors[f"optimizer.{n}.exp_avg"].clone(),
