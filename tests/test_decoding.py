@@ -152,10 +152,10 @@ def test_cache_holds_only_committed_tokens_after_every_step(tiny, monkeypatch):
     seen = []
     real_step = engine_mod.block_step
 
-    def spy(model_, cache, pending, block, n_ntp, mask_id_, pad_id=0):
+    def spy(model_, cache, pending, block, n_ntp, mask_id_, pad_id=0, feature_layers=None):
         # Before each step (batch 1): the cache holds exactly the committed tokens that are not pending.
         seen.append((cache.length, cache.n_cached[0], int(cache.k_valid.sum())))
-        return real_step(model_, cache, pending, block, n_ntp, mask_id_, pad_id)
+        return real_step(model_, cache, pending, block, n_ntp, mask_id_, pad_id, feature_layers)
 
     monkeypatch.setattr(engine_mod, "block_step", spy)
     for method in ("threshold", "spec", "eb"):
