@@ -34,6 +34,21 @@ def _add_drafter_arg(p: argparse.ArgumentParser) -> None:
                         "the drafter bundled with pardec for this model, if any; 'none'")
 
 
+def _add_run_args(p: argparse.ArgumentParser, cfg, checkpoint: str) -> None:
+    """Data, checkpoint and schedule options of both training commands; defaults from their config
+    (TrainConfig or DrafterTrainConfig, which share these field names)."""
+    p.add_argument("--data", required=True, help="distilled JSONL (prompt, response)")
+    p.add_argument("--out", required=True, help=checkpoint)
+    p.add_argument("--resume", help=f"{checkpoint} to resume from")
+    p.add_argument("--lr", type=float, default=cfg.lr, help=f"peak learning rate (default {cfg.lr})")
+    p.add_argument("--steps", type=int, default=cfg.steps, help=f"optimizer steps (default {cfg.steps})")
+    p.add_argument("--grad-accum", type=int, default=cfg.grad_accum, help=f"sequences per step (default {cfg.grad_accum})")
+    p.add_argument("--max-length", type=int, default=cfg.max_length, help=f"tokens per sequence (default {cfg.max_length})")
+    p.add_argument("--eval-every", type=int, default=cfg.eval_every, help="steps between checkpoints")
+    p.add_argument("--heldout", type=int, default=cfg.eval_prompts, help="prompts held out for the TPF check")
+    p.add_argument("--seed", type=int, default=cfg.seed)
+
+
 def _add_decode_args(p: argparse.ArgumentParser) -> None:
     from .decoding import METHODS, DecodeConfig
 
@@ -118,9 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .training.config import ADAPTERS, OBJECTIVES, TrainConfig
 
     t = TrainConfig()
-    r.add_argument("--data", required=True, help="distilled JSONL (prompt, response)")
-    r.add_argument("--out", required=True, help="checkpoint folder")
-    r.add_argument("--resume", help="checkpoint folder to resume from")
+    _add_run_args(r, t, "checkpoint folder")
     r.add_argument("--objective", choices=OBJECTIVES, default=t.objective, help="nsp (SDLM) or sbd (SBD)")
     r.add_argument("--kind", choices=ADAPTERS, default=t.adapter,
                    help="what is trained: gated-lora (LoRA at [MASK] positions only: NTP stays the base model's), lora, full")
@@ -131,13 +144,6 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--decay", type=float, default=None, help="position-decayed loss weights exp(-j/decay)")
     r.add_argument("--rank", type=int, default=t.lora_rank)
     r.add_argument("--alpha", type=float, default=t.lora_alpha)
-    r.add_argument("--lr", type=float, default=t.lr)
-    r.add_argument("--steps", type=int, default=t.steps)
-    r.add_argument("--grad-accum", type=int, default=t.grad_accum)
-    r.add_argument("--max-length", type=int, default=t.max_length)
-    r.add_argument("--eval-every", type=int, default=t.eval_every)
-    r.add_argument("--heldout", type=int, default=t.eval_prompts, help="prompts held out for the TPF check")
-    r.add_argument("--seed", type=int, default=t.seed)
 
     from .training.drafter import DrafterTrainConfig
 
@@ -147,9 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "(DFlash) on distilled data. The target's features are computed once and "
                                    "cached on disk; checkpoints carry a held-out DFlash TPF check.")
     _add_model_args(t)
-    t.add_argument("--data", required=True, help="distilled JSONL (prompt, response)")
-    t.add_argument("--out", required=True, help="drafter checkpoint folder")
-    t.add_argument("--resume", help="drafter checkpoint folder to resume from")
+    _add_run_args(t, dt, "drafter checkpoint folder")
     t.add_argument("--features", default=None,
                    help="folder for the cached target features (default: under the pardec cache, keyed by "
                         "model, layers and data)")
@@ -162,13 +166,6 @@ def build_parser() -> argparse.ArgumentParser:
                         "target's last layers; random")
     t.add_argument("--anchors", type=int, default=dt.anchors_per_sequence, help="blocks per training sequence")
     t.add_argument("--decay", type=float, default=dt.decay, help="slot j weighs exp(-(j-1)/decay)")
-    t.add_argument("--lr", type=float, default=dt.lr)
-    t.add_argument("--steps", type=int, default=dt.steps)
-    t.add_argument("--grad-accum", type=int, default=dt.grad_accum)
-    t.add_argument("--max-length", type=int, default=dt.max_length)
-    t.add_argument("--eval-every", type=int, default=dt.eval_every)
-    t.add_argument("--heldout", type=int, default=dt.eval_prompts, help="prompts held out for the TPF check")
-    t.add_argument("--seed", type=int, default=dt.seed)
 
     e = sub.add_parser("export", help="copy a checkpoint without optimizer state, in bf16 (to ship or commit)",
                        description="Export an adapter or drafter checkpoint without optimizer state, in bf16. "

@@ -101,14 +101,8 @@ class EntropyBounded(Policy):
         return Update(commit=done)
 
 
-class Speculative(Policy):
-    """Lossless self-speculation: the block predicted in one forward is the next forward's draft,
-    verified by that forward's NTP logits, which at the same time predict the next block.
-
-    Which block drafts next depends on how many drafts get accepted, unknown until the forward is
-    done. With `draft_blocks` = 1 the one block sits after all drafts (useful if all are accepted);
-    more blocks also sit after 0, 1, ... accepted drafts, so a rejection still leaves fresh drafts.
-    """
+class Verifier(Policy):
+    """A policy whose drafts (proposed by the previous step) the target verifies: spec, dflash."""
 
     @property
     def n_ntp(self):
@@ -116,6 +110,25 @@ class Speculative(Policy):
 
     def drafts(self, row):
         return list(row.drafts)
+
+    def verify(self, row: Row, ntp: torch.Tensor) -> tuple[int, list[int]]:
+        """Accept a prefix of the row's drafts against the NTP logits: (accepted count, tokens to commit)."""
+        m = len(row.drafts)
+        n, bonus = sampling.accept_drafts(
+            row.drafts, None if self.cfg.temperature == 0 else row.draft_probs, ntp[-(m + 1) :],
+            self.cfg.temperature, self.cfg.top_p, self.gen,
+        )
+        return n, row.drafts[:n] + [bonus]
+
+
+class Speculative(Verifier):
+    """Lossless self-speculation: the block predicted in one forward is the next forward's draft,
+    verified by that forward's NTP logits, which at the same time predict the next block.
+
+    Which block drafts next depends on how many drafts get accepted, unknown until the forward is
+    done. With `draft_blocks` = 1 the one block sits after all drafts (useful if all are accepted);
+    more blocks also sit after 0, 1, ... accepted drafts, so a rejection still leaves fresh drafts.
+    """
 
     def _accept_lengths(self, m: int) -> list[int]:
         """Acceptance lengths n to feed a block for: all accepted first, then 0, 1, ...; repeated to
@@ -131,11 +144,7 @@ class Speculative(Policy):
     def update(self, row, ntp, block):
         m = len(row.drafts)
         greedy = self.cfg.temperature == 0
-        n, bonus = sampling.accept_drafts(
-            row.drafts, None if greedy else row.draft_probs, ntp[-(m + 1) :],
-            self.cfg.temperature, self.cfg.top_p, self.gen,
-        )
-        commit = row.drafts[:n] + [bonus]
+        n, commit = self.verify(row, ntp)
         lengths = self._accept_lengths(m)
         if n in lengths:
             # That block starts at the bonus position: slot 0 is the bonus, slots 1.. follow it.
@@ -149,7 +158,7 @@ class Speculative(Policy):
         return Update(commit=commit, keep_drafts=n)
 
 
-class DFlash(Policy):
+class DFlash(Verifier):
     """DFlash: a separate drafter proposes the D - 1 tokens after the bonus in one forward, from the
     target's hidden states at every committed position; the target verifies them in its next
     forward (longest accepted prefix plus the bonus, or rejection sampling), which also yields the
@@ -166,23 +175,12 @@ class DFlash(Policy):
         self.feature_layers = drafter.cfg.target_layers
         self.context: ContextCache | None = None  # created at the first step, once the batch is known
 
-    @property
-    def n_ntp(self):
-        return self.cfg.block_size
-
-    def drafts(self, row):
-        return list(row.drafts)
-
     def blocks(self, row):
         return None
 
     def update(self, row, ntp, block):
-        m = len(row.drafts)
-        greedy = self.cfg.temperature == 0
-        n, bonus = sampling.accept_drafts(row.drafts, None if greedy else row.draft_probs, ntp[-(m + 1) :],
-                                          self.cfg.temperature, self.cfg.top_p, self.gen)
-        commit = row.drafts[:n] + [bonus]
-        row.drafts, row.draft_probs = [], None
+        n, commit = self.verify(row, ntp)
+        row.drafts, row.draft_probs = [], None  # after_step drafts afresh
         return Update(commit=commit, keep_drafts=n)
 
     def after_step(self, rows, out, keep, alive):

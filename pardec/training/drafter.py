@@ -27,8 +27,8 @@ from ..decoding import DecodeConfig, decode
 from ..dflash import checkpoint as dcheckpoint
 from ..dflash.model import Drafter, block_inputs, target_features
 from ..errors import PardecError
-from .curves import plot_history
 from .data import Example
+from .run_state import adam_tensors, read_history, restore_adam, resume_step, warmup_cosine, write_checkpoint
 
 
 @dataclass(frozen=True)
@@ -166,13 +166,6 @@ def drafter_loss(drafter: Drafter, target, ids: list[int], features: torch.Tenso
 # ---------------------------------------------------------------- the loop
 
 
-def _lr(cfg: DrafterTrainConfig, step: int) -> float:
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    t = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
-    return cfg.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, t))))
-
-
 @torch.no_grad()
 def heldout_tpf(target, drafter, prompts, cfg: DrafterTrainConfig, mask_id: int, stop_ids) -> float:
     drafter.eval()
@@ -217,7 +210,7 @@ def train_drafter(target, drafter: Drafter, train: list[Example], features: list
             stats += torch.cat([torch.tensor([lo.loss.item() / cfg.grad_accum, lo.tokens]),
                                 lo.slot_loss.cpu(), lo.slot_correct.cpu(), lo.slot_count.cpu()])
         for g in opt.param_groups:
-            g["lr"] = _lr(cfg, step)
+            g["lr"] = warmup_cosine(cfg.lr, cfg.warmup_steps, cfg.steps, step, floor=0.05)
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -239,40 +232,18 @@ def train_drafter(target, drafter: Drafter, train: list[Example], features: list
 
 
 def _save(drafter, opt, out, cfg, step, history, base_model, base_sha256):
-    names = {id(p): n for n, p in drafter.named_parameters()}
-    extra = {}
-    for p, st in opt.state.items():
-        for k in ("exp_avg", "exp_avg_sq"):
-            extra[f"optimizer.{names[id(p)]}.{k}"] = st[k]
-    out = Path(out)
-    tmp = out.with_name(out.name + ".tmp")
-    dcheckpoint.save(tmp, drafter, base_model, base_sha256,
-                     training=dict(dataclasses.asdict(cfg), step=step), extra=extra)
-    (tmp / "history.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
-    plot_history(history, tmp / "curves.png", tpf_label="held-out dflash TPF", first_slot=1)
-    if out.exists():
-        import shutil
-
-        shutil.rmtree(out)
-    tmp.rename(out)
+    moments = adam_tensors(opt, {id(p): n for n, p in drafter.named_parameters()})
+    write_checkpoint(out, lambda folder: dcheckpoint.save(folder, drafter, base_model, base_sha256,
+                                                          training=dict(dataclasses.asdict(cfg), step=step),
+                                                          extra=moments),
+                     history, tpf_label="held-out dflash TPF", first_slot=1)
 
 
 def _resume(drafter, opt, path, cfg: DrafterTrainConfig) -> tuple[int, list[dict]]:
-    settings = dcheckpoint.read_settings(path)
-    saved = dict(settings.get("training") or {})
-    step = saved.pop("step", 0)
-    now = dataclasses.asdict(cfg)
-    changed = [k for k, v in saved.items() if k not in ("steps", "eval_every")
-               and (list(now.get(k)) if isinstance(now.get(k), tuple) else now.get(k)) != v]
-    if changed:
-        raise PardecError(f"cannot resume: settings differ from the checkpoint's ({', '.join(changed)})")
+    step = resume_step(dcheckpoint.read_settings(path).get("training"), cfg)
     tensors = dcheckpoint.read_tensors(path)
     with torch.no_grad():
         for n, p in drafter.state_dict().items():
             p.copy_(tensors[n])
-    for n, p in drafter.named_parameters():
-        opt.state[p] = {"step": torch.tensor(float(step)), "exp_avg": tensors[f"optimizer.{n}.exp_avg"].clone(),
-                        "exp_avg_sq": tensors[f"optimizer.{n}.exp_avg_sq"].clone()}
-    hist_file = Path(path) / "history.jsonl"
-    history = [json.loads(x) for x in hist_file.read_text().splitlines()] if hist_file.exists() else []
-    return step, history
+    restore_adam(opt, {id(p): n for n, p in drafter.named_parameters()}, tensors, step)
+    return step, read_history(path)

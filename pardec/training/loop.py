@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
-import math
 import time
 from pathlib import Path
 
@@ -18,10 +16,10 @@ from .. import adapters, checkpoint
 from ..decoding import DecodeConfig, decode
 from ..errors import PardecError
 from .config import TrainConfig
-from .curves import plot_history
 from .data import Example
 from .layout import sample_blocks
 from .objective import sequence_loss
+from .run_state import adam_tensors, read_history, restore_adam, resume_step, warmup_cosine, write_checkpoint
 
 
 def prepare(model, cfg: TrainConfig) -> list[torch.nn.Parameter]:
@@ -38,13 +36,6 @@ def trainable_state(model, cfg: TrainConfig) -> dict[str, torch.Tensor]:
     if cfg.adapter == "full":
         return {n: p for n, p in model.named_parameters()}
     return adapters.adapter_state(model)
-
-
-def _lr(cfg: TrainConfig, step: int) -> float:
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    t = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
-    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, t))))
 
 
 @torch.no_grad()
@@ -107,7 +98,7 @@ def retrofit(model, mask_id: int, train: list[Example], heldout: list[list[int]]
         if world > 1:
             stats = acc.reduce(stats, "sum")
         for g in opt.param_groups:
-            g["lr"] = _lr(cfg, step)
+            g["lr"] = warmup_cosine(cfg.lr, cfg.warmup_steps, cfg.steps, step, floor=0.1)
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -132,43 +123,21 @@ def retrofit(model, mask_id: int, train: list[Example], heldout: list[list[int]]
 
 
 def _save(model, opt, out: Path, cfg, step, history, base_model, base_sha256, mask_id, names):
-    tensors = dict(trainable_state(model, cfg))
-    for p, st in opt.state.items():  # AdamW moments, for an exact resume
-        for k in ("exp_avg", "exp_avg_sq"):
-            tensors[f"optimizer.{names[id(p)]}.{k}"] = st[k]
+    tensors = dict(trainable_state(model, cfg)) | adam_tensors(opt, names)  # moments: for an exact resume
     settings = checkpoint.CheckpointSettings(
         base_model=base_model, mask_token_id=mask_id, block_size=cfg.block_size, objective=cfg.objective,
         adapter=cfg.adapter, vocab_size=model.get_input_embeddings().weight.shape[0], base_sha256=base_sha256,
         lora=None if cfg.adapter == "full" else dict(kind=cfg.adapter, rank=cfg.lora_rank, alpha=cfg.lora_alpha),
         training=dict(dataclasses.asdict(cfg), step=step),
     )
-    tmp = out.with_name(out.name + ".tmp")
-    checkpoint.save(tmp, settings, tensors)
-    (tmp / "history.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
-    plot_history(history, tmp / "curves.png")
-    if out.exists():
-        import shutil
-
-        shutil.rmtree(out)
-    tmp.rename(out)  # a crash mid-save never leaves a half-written checkpoint
+    write_checkpoint(out, lambda folder: checkpoint.save(folder, settings, tensors), history)
 
 
 def _resume(model, opt, path, cfg: TrainConfig, names) -> tuple[int, list[dict]]:
-    settings = checkpoint.read_settings(path)
-    saved = dict(settings.training or {})
-    step = saved.pop("step", 0)
-    changed = [k for k, v in saved.items() if getattr(cfg, k, None) != v and k not in ("steps", "eval_every")]
-    if changed:
-        raise PardecError(f"cannot resume: settings differ from the checkpoint's ({', '.join(changed)})")
+    step = resume_step(checkpoint.read_settings(path).training, cfg)
     tensors = load_file(str(Path(path) / checkpoint.WEIGHTS))
-    by_name = {n: p for n, p in trainable_state(model, cfg).items()}
     with torch.no_grad():
-        for n, p in by_name.items():
+        for n, p in trainable_state(model, cfg).items():
             p.copy_(tensors[n])
-    for p in opt.param_groups[0]["params"]:
-        n = names[id(p)]
-        opt.state[p] = {"step": torch.tensor(float(step)), "exp_avg": tensors[f"optimizer.{n}.exp_avg"].clone(),
-                        "exp_avg_sq": tensors[f"optimizer.{n}.exp_avg_sq"].clone()}
-    hist_file = Path(path) / "history.jsonl"
-    history = [json.loads(line) for line in hist_file.read_text().splitlines()] if hist_file.exists() else []
-    return step, history
+    restore_adam(opt, names, tensors, step)
+    return step, read_history(path)
