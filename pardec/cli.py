@@ -105,7 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--methods", default="ar,threshold,eb,spec",
                    help="comma list; settings after @, e.g. ar,threshold@0.9,threshold@0.7,eb@gamma=0.5,"
                         "spec@block_size=8,dflash; 'hf' = transformers' generate (greedy) for reference")
-    b.add_argument("--task", default="humaneval", help="humaneval | gsm8k | mtbench | jsonl:PATH")
+    b.add_argument("--task", default="humaneval",
+                   help="humaneval | gsm8k | mtbench | jsonl:PATH; several in one run with inclusive ranges, "
+                        "e.g. humaneval:0-79,mtbench:0-19 (prompts interleaved, one table per task)")
     b.add_argument("--limit", type=int, default=None, help="number of items")
     b.add_argument("--offset", type=int, default=0, help="first item")
     b.add_argument("--max-new-tokens", type=int, default=256)
@@ -246,11 +248,11 @@ def _bench(args) -> None:
 
     from .api import load_drafter, load_model
     from .bench.runner import parse_methods, run_bench, write
-    from .bench.tasks import load_task
+    from .bench.tasks import load_tasks
     from .decoding import DecodeConfig
 
     specs = parse_methods(args.methods, DecodeConfig(max_new_tokens=args.max_new_tokens, block_size=args.block_size))
-    items = load_task(args.task, args.limit, args.offset)
+    items = load_tasks(args.task, args.limit, args.offset)
     dtype = getattr(torch, args.dtype)
     model, tok, mask_id = load_model(args.model, dtype, args.adapter)
     adapter = checkpoint.resolve_adapter(args.model, args.adapter)
@@ -271,10 +273,15 @@ def _bench(args) -> None:
         # NLL is measured under the untouched base model. A gated adapter is off in plain forwards,
         # so there the adapted model already is the base model.
         nll_model = load_model(args.model, dtype, "none")[0]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    progress = out / "progress.jsonl"
+    progress.unlink(missing_ok=True)
     result = run_bench(model, tok, mask_id, items, specs, args.task, nll_model, chat=not args.no_chat,
-                       drafter=drafter)
+                       drafter=drafter, log=progress)
     command = "pardec " + " ".join(shlex.quote(a) for a in args.argv)
-    write(result, Path(args.out), command)
+    write(result, out, command)
+    progress.unlink()  # samples.jsonl now holds every run
     from .bench.runner import markdown_table
 
     print(markdown_table(result), end="")

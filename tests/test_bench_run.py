@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 
 from pardec.bench.runner import parse_methods
 from pardec.cli import main
@@ -29,7 +30,7 @@ def test_bench_on_a_tiny_model_writes_all_files(tiny_dir, tmp_path, capsys):
             assert key in r
     assert recs["ar"]["speedup_vs_ar"] == 1.0 and recs["ar"]["tokens_per_forward"] == 1.0
     assert recs["spec@block_size=3"]["identical_to_ar"] == 1.0 and recs["hf"]["identical_to_ar"] == 1.0
-    assert recs["threshold@0.0"]["tokens_per_forward"] > 1.5  # threshold 0 keeps whole blocks
+    assert set(recs["threshold@0.0"]["accepted_hist"]) <= {"1", "4"}  # whole blocks or the NTP token alone
     assert recs["ar"]["nll"] > 0
     assert "| spec@block_size=3 |" in stdout and res["meta"]["command"].startswith("pardec bench")
 
@@ -41,3 +42,44 @@ def test_method_specs_parse_and_reject_nonsense():
     for bad in ("beam", "spec@colour=3", "threshold@high", "ar,ar", "threshold@1.5"):
         with pytest.raises(PardecError):
             parse_methods(bad, DecodeConfig())
+
+
+def test_several_tasks_load_interleaved_with_inclusive_ranges():
+    from pardec.bench.tasks import load_tasks
+
+    items = load_tasks("humaneval:2-4,mtbench:0-1")
+    assert [it.task for it in items] == ["humaneval", "mtbench", "humaneval", "mtbench", "humaneval"]
+    assert [it.id for it in items if it.task == "humaneval"] == ["HumanEval/2", "HumanEval/3", "HumanEval/4"]
+    assert load_tasks("gsm8k", limit=2, offset=5)[0].id == "gsm8k/5"  # no range: --limit/--offset
+    for bad in ("humaneval:4-2", "humaneval:0-", "humaneval:a-b", "humaneval,humaneval", "mmlu:0-3", ",", "mtbench:0-999999"):
+        with pytest.raises(PardecError):
+            load_tasks(bad)
+
+
+def test_bench_over_several_tasks_reports_each_task_and_all(tiny_dir, tmp_path):
+    import dataclasses
+
+    from pardec.api import load_model
+    from pardec.bench.runner import markdown_table, run_bench
+    from pardec.bench.tasks import Item
+
+    model, tok, mask_id = load_model(tiny_dir, torch.float32, "none")
+    words = ["hello world", "the cat sat", "one two", "red blue green"]
+    items = [Item(f"{t}/{i}", w, {}, t) for i, (t, w) in enumerate(zip("abab", words))]
+    specs = parse_methods("ar,threshold@0.0", DecodeConfig(max_new_tokens=6, block_size=3))
+    log = tmp_path / "progress.jsonl"
+    res = run_bench(model, tok, mask_id, items, specs, "a,b", progress=False, log=log)
+    assert set(res["by_task"]) == {"a", "b"}
+    logged = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(logged) == len(items) * len(specs) and {r["task"] for r in logged} == {"a", "b"}
+    for task, recs in res["by_task"].items():
+        thr = {r["method"]: r for r in recs}["threshold@0.0"]
+        runs = [r for r in res["samples"]["threshold@0.0"] if r["task"] == task]
+        assert thr["prompts"] == 2 and thr["new_tokens"] == sum(len(r["tokens"]) for r in runs)
+    total = {r["method"]: r for r in res["records"]}["threshold@0.0"]
+    assert total["new_tokens"] == sum(r["new_tokens"] for recs in res["by_task"].values()
+                                      for r in recs if r["method"] == "threshold@0.0")
+    table = markdown_table(res)
+    assert "### a (2 prompts)" in table and "### b (2 prompts)" in table and "### all tasks (4 prompts" in table
+    single = run_bench(model, tok, mask_id, [dataclasses.replace(items[0], task="jsonl")], specs, "jsonl", progress=False)
+    assert single["by_task"] == {} and "###" not in markdown_table(single)

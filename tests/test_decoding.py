@@ -107,13 +107,31 @@ def test_threshold_at_one_commits_one_token_per_forward_and_equals_ar(tiny):
         assert th.tokens == ar.tokens and th.accepted_per_step == [1] * N
 
 
-def test_threshold_at_zero_commits_full_blocks(tiny):
+def test_threshold_at_zero_commits_one_token_or_a_full_block(tiny):
     model, mask_id = tiny
     th = run(model, mask_id, [PROMPTS[0]], method="threshold", threshold=0.0, block_size=4,
              max_new_tokens=20)[0]
-    assert th.accepted_per_step == [4] * 5
+    assert set(th.accepted_per_step) <= {1, 4}  # a whole block, or the NTP token alone when slot 0 disagrees
     ar = run(model, mask_id, [PROMPTS[0]], method="ar", max_new_tokens=1)[0]
     assert th.tokens[0] == ar.tokens[0]  # the first token of a step is the NTP token
+
+
+def test_threshold_keeps_the_confident_prefix_only_when_the_block_agrees_on_slot_0():
+    from pardec.decoding.policies import Threshold
+
+    V, D = 10, 4
+    policy = Threshold(DecodeConfig(method="threshold", threshold=0.8, block_size=D), mask_id=9, generator=None)
+
+    def peaked(token, p):  # logits whose softmax puts p on `token`, the rest spread evenly
+        row = torch.full((V,), float(torch.log(torch.tensor((1 - p) / (V - 1)))))
+        row[token] = float(torch.log(torch.tensor(p)))
+        return row
+
+    ntp = peaked(3, 0.6)[None]  # [1, V]
+    block = torch.stack([peaked(3, 0.7), peaked(4, 0.95), peaked(5, 0.9), peaked(6, 0.5)])  # [D, V]
+    assert policy.update(None, ntp, block).commit == [3, 4, 5]  # slot 3 is below the threshold
+    block[0] = peaked(7, 0.7)  # the block believes in another next token: its slots 1.. continue that
+    assert policy.update(None, ntp, block).commit == [3]
 
 
 def test_eb_with_gamma_zero_reveals_one_slot_per_forward(tiny):

@@ -82,16 +82,19 @@ def mean_nll(model, prompt: list[int], tokens: list[int]) -> float:
     return float(torch.nn.functional.cross_entropy(logits, ids[0, len(prompt):]))
 
 
-def _score(task: str, item: Item, text: str) -> float | None:
-    if task == "humaneval":
+def _score(item: Item, text: str) -> float | None:
+    if item.task == "humaneval":
         return float(scoring.humaneval_passed(text, item.reference))
-    if task == "gsm8k":
+    if item.task == "gsm8k":
         return float(scoring.gsm8k_correct(text, item.reference["answer"]))
     return None
 
 
 def run_bench(model, tokenizer, mask_id: int, items: list[Item], specs: list[MethodSpec], task: str,
-              nll_model=None, chat: bool = True, progress: bool = True, drafter=None) -> dict:
+              nll_model=None, chat: bool = True, progress: bool = True, drafter=None,
+              log: Path | None = None) -> dict:
+    """`log`: a JSONL file that gets every finished run at once, so a long run that is stopped keeps
+    what it measured."""
     nll_model = nll_model or model
     stops = stop_token_ids(model, tokenizer)
     prompts = [encode_prompt(tokenizer, it.prompt, chat) for it in items]
@@ -115,6 +118,9 @@ def run_bench(model, tokenizer, mask_id: int, items: list[Item], specs: list[Met
             text = tokenizer.decode(tokens, skip_special_tokens=True)
             per[s.label].append(dict(id=item.id, tokens=tokens, forwards=forwards, steps=steps,
                                      seconds=seconds, text=text))
+            if log is not None:
+                with open(log, "a") as f:
+                    f.write(json.dumps(dict(method=s.label, task=item.task, **per[s.label][-1])) + "\n")
             done = per[s.label]
             tpf = sum(len(r["tokens"]) for r in done) / max(1, sum(r["forwards"] for r in done))
             bar.set_postfix_str(f"{s.label} TPF {tpf:.2f}")
@@ -122,8 +128,18 @@ def run_bench(model, tokenizer, mask_id: int, items: list[Item], specs: list[Met
     bar.close()
     for label, runs in per.items():
         for r, item, ids in zip(runs, items, prompts):
-            r["score"] = _score(task, item, r["text"])
+            r["task"] = item.task
+            r["score"] = _score(item, r["text"])
             r["nll"] = mean_nll(nll_model, ids, r["tokens"])
+    tasks = list(dict.fromkeys(it.task for it in items))
+    by_task = {t: summarize(per, specs, t) for t in tasks} if len(tasks) > 1 else {}
+    return dict(task=task, records=summarize(per, specs), by_task=by_task, samples=per)
+
+
+def summarize(per: dict[str, list[dict]], specs: list[MethodSpec], task: str | None = None) -> list[dict]:
+    """One record per method over the runs of `task` (all runs when None). Speedups compare median
+    tokens/s with ar's over the same prompts of the same run."""
+    per = {label: [r for r in runs if task is None or r["task"] == task] for label, runs in per.items()}
     ar_runs = per["ar"]
     rates = {label: statistics.median(len(r["tokens"]) / r["seconds"] for r in runs) for label, runs in per.items()}
     records = []
@@ -145,7 +161,7 @@ def run_bench(model, tokenizer, mask_id: int, items: list[Item], specs: list[Met
             nll=statistics.mean(nlls) if nlls else None,
             accepted_hist=_hist([n for r in runs for n in r["steps"]]),
         ))
-    return dict(task=task, records=records, samples=per)
+    return records
 
 
 def _hist(values: list[int]) -> dict[str, int]:
@@ -156,10 +172,20 @@ def _hist(values: list[int]) -> dict[str, int]:
 
 
 def markdown_table(result: dict) -> str:
-    score_name = {"humaneval": "pass@1", "gsm8k": "accuracy"}.get(result["task"], "score")
+    """The results table; with several tasks, one table per task and one over all prompts."""
+    if not result.get("by_task"):
+        return _table(result["records"], result["task"])
+    parts = [f"### {task} ({recs[0]['prompts']} prompts)\n\n" + _table(recs, task) for task, recs in result["by_task"].items()]
+    total = result["records"][0]["prompts"]
+    parts.append(f"### all tasks ({total} prompts; score over the scored prompts)\n\n" + _table(result["records"], "all"))
+    return "\n".join(parts)
+
+
+def _table(records: list[dict], task: str) -> str:
+    score_name = {"humaneval": "pass@1", "gsm8k": "accuracy"}.get(task, "score")
     lines = [f"| method | TPF | tokens/s | speedup vs ar | identical to ar | {score_name} | NLL |",
              "|---|---|---|---|---|---|---|"]
-    for r in result["records"]:
+    for r in records:
         score = "-" if r["score"] is None else f"{r['score']:.3f}"
         nll = "-" if r["nll"] is None else f"{r['nll']:.3f}"
         lines.append(f"| {r['method']} | {r['tokens_per_forward']:.2f} | {r['tokens_per_second']:.2f} | "
@@ -206,7 +232,8 @@ def plot(result: dict, out: Path) -> list[Path]:
 def write(result: dict, out: Path, command: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
     meta = dict(command=command, torch=torch.__version__, threads=torch.get_num_threads())
-    (out / "results.json").write_text(json.dumps(dict(meta=meta, task=result["task"], records=result["records"]), indent=2) + "\n")
+    (out / "results.json").write_text(json.dumps(dict(meta=meta, task=result["task"], records=result["records"],
+                                                      by_task=result["by_task"]), indent=2) + "\n")
     (out / "samples.jsonl").write_text("".join(
         json.dumps(dict(method=m, **{k: v for k, v in r.items() if k != "steps"})) + "\n"
         for m, runs in result["samples"].items() for r in runs))

@@ -57,13 +57,19 @@ class AR(Policy):
 class Threshold(Policy):
     """SDLM next-sequence prediction: the first token comes from the NTP logit (exactly the model's
     next token), the following slots from the block; keep the longest prefix whose confidence
-    reaches the threshold."""
+    reaches the threshold.
+
+    The block's slots 1.. are predicted without knowing slot 0's token. When the block's own most
+    likely slot 0 differs from the NTP token, its later slots continue a different text (a skipped
+    or doubled token), so then only the NTP token is kept."""
 
     def update(self, row, ntp, block):
         logits = torch.cat([ntp[-1:], block[1:]])  # [D, V]: slot 0 is the NTP token
         tokens, _ = self._choose(logits)
         conf = sampling.confidence(logits[1:], self.cfg.confidence)  # [D - 1]
         n = 1
+        if int(block[0].argmax()) != int(tokens[0]):
+            return Update(commit=tokens[:1].tolist())
         while n < len(tokens) and conf[n - 1] >= self.cfg.threshold:
             n += 1
         return Update(commit=tokens[:n].tolist())
