@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from pardec.cli import main
 
@@ -99,9 +100,18 @@ def test_train_drafter_then_generate_and_bench_with_dflash(tiny_dir, capsys, tmp
     ck = tmp_path / "drafter"
     code, _, err = run_cli(capsys, "train-drafter", "--model", tiny_dir, "--data", str(data), "--out", str(ck),
                            "--dtype", "float32", "--steps", "3", "--eval-every", "3", "--heldout", "1",
-                           "--layers", "1", "--block-size", "4")
+                           "--layers", "1", "--block-size", "4", "--draft-vocab", "14")
     assert code == 0, err
     assert "held-out dflash TPF" in err and (ck / "drafter.json").is_file() and (ck / "curves.png").is_file()
+    from safetensors.torch import load_file
+
+    from pardec.api import load_model, stop_token_ids
+
+    vocab = load_file(str(ck / "drafter.safetensors"))["draft_vocab"].tolist()
+    model, tok, mask_id = load_model(tiny_dir, torch.float32, "none")
+    ids = {i for w in words for i in tok(w, add_special_tokens=False)["input_ids"]}
+    assert json.loads((ck / "drafter.json").read_text())["drafter"]["draft_vocab_size"] == 14 == len(vocab)
+    assert ids | set(stop_token_ids(model, tok)) <= set(vocab) and mask_id not in vocab  # 11 words + 2 stops + 1
     assert any((tmp_path / "cache" / "features").glob("*/shard-*.safetensors"))
     common = ["generate", "--model", tiny_dir, "--prompt", "one two three", "--dtype", "float32",
               "--max-new-tokens", "10", "--json"]
@@ -116,6 +126,9 @@ def test_train_drafter_then_generate_and_bench_with_dflash(tiny_dir, capsys, tmp
     assert code == 2 and "exceeds the drafter" in err
     code, _, err = run_cli(capsys, "export", str(ck), str(tmp_path / "hf"), "--format", "dflash")
     assert code == 0 and json.loads((tmp_path / "hf" / "config.json").read_text())["dflash_config"]["block_size"] == 4
+    assert "draft_vocab" not in load_file(str(tmp_path / "hf" / "model.safetensors"))  # not part of their layout
+    code, _, err = run_cli(capsys, "export", str(ck), str(tmp_path / "shipped"))
+    assert code == 0 and load_file(str(tmp_path / "shipped" / "drafter.safetensors"))["draft_vocab"].tolist() == vocab
     code, _, err = run_cli(capsys, "train-drafter", "--model", tiny_dir, "--data", str(data), "--out", str(ck),
                            "--target-layers", "0,x")
     assert code == 2 and "--target-layers" in err

@@ -8,7 +8,7 @@ from pardec.decoding import DecodeConfig, decode
 from pardec.decoding import engine as engine_mod
 from pardec.decoding.policies import DFlash
 from pardec.dflash import ContextCache, Drafter, DrafterConfig, target_features
-from pardec.dflash.model import embedding_scale, init_from_target
+from pardec.dflash.model import DraftHead, choose_draft_vocab, embedding_scale, init_from_target
 from pardec.errors import PardecError
 from tiny import tiny_model
 
@@ -76,7 +76,7 @@ def check_context(policy, rows):
         one.append(target_features(hs, drafter.cfg.target_layers), torch.arange(len(text))[None],
                    torch.ones(1, len(text), dtype=torch.bool))
         D = policy.cfg.block_size
-        emb, head = target.get_input_embeddings(), target.get_output_embeddings()
+        emb, head = target.get_input_embeddings(), policy.head
         anchor, apos = torch.tensor([r.committed[-1]]), torch.tensor([len(text)])
         batched = ctx.draft_logits(emb, head, torch.tensor([x.committed[-1] for x in rows]),
                                    torch.tensor([len(x.committed) - 1 for x in rows]), D)[b]
@@ -123,3 +123,49 @@ def test_embedding_scale_brings_block_embeddings_to_rms_one(tiny):
     d = Drafter(DrafterConfig.for_target(model.config, mask_id, n_layers=1, block_size=4))
     assert init_from_target(d, model, layers=False) == 1
     assert torch.equal(d.norm.weight, model.get_decoder().norm.weight)
+
+
+def test_draft_vocabulary_ranks_by_frequency_and_keeps_stops():
+    seqs = [[5, 5, 5, 2, 2, 9], [2, 5, 7]]
+    assert choose_draft_vocab(seqs, 3, 12).tolist() == [2, 5, 7]  # 5 (x4), 2 (x3), then 7 before 9 (x1 each)
+    assert choose_draft_vocab(seqs, 5, 12).tolist() == [0, 2, 5, 7, 9]  # then unseen tokens, lowest id first
+    assert choose_draft_vocab(seqs, 3, 12, always=[11], exclude=[5]).tolist() == [2, 7, 11]
+    with pytest.raises(PardecError, match="larger than"):
+        choose_draft_vocab(seqs, 12, 12, exclude=[5])
+
+
+def test_draft_head_matches_the_full_head_on_its_vocabulary(tiny):
+    model, mask_id, _ = tiny
+    head = model.get_output_embeddings()
+    vocab = torch.tensor([1, 4, 9, 20])
+    h = torch.randn(2, 3, model.config.hidden_size)
+    full, sub = DraftHead(head, None, mask_id), DraftHead(head, vocab, mask_id)
+    lf, ls = full(h), sub(h)  # [2, 3, V], [2, 3, 4]
+    assert ls.shape[-1] == 4 and torch.isinf(lf[..., mask_id]).all()  # [MASK] is never drafted
+    torch.testing.assert_close(ls, lf[..., vocab])
+    assert sub.token_ids(torch.tensor([0, 3])).tolist() == [1, 20] and full.token_ids(torch.tensor([5])).tolist() == [5]
+    p = torch.softmax(ls, -1)
+    spread = sub.full(p)  # [2, 3, V]
+    assert torch.equal(spread[..., vocab], p) and spread.sum(-1).allclose(torch.ones(2, 3))
+
+
+def test_dflash_with_a_small_draft_vocabulary_still_equals_ar(tiny, monkeypatch):
+    """Tokens outside the draft vocabulary can never be drafted, only committed as bonus tokens;
+    the output stays the target's, and every draft lies in the vocabulary."""
+    model, mask_id, drafter = tiny
+    V = model.get_output_embeddings().weight.shape[0]
+    cfg = DrafterConfig.for_target(model.config, mask_id, n_layers=2, block_size=4, draft_vocab_size=8)
+    small = Drafter(cfg).eval()
+    small.load_state_dict({**drafter.state_dict(), "draft_vocab": choose_draft_vocab(PROMPTS, 8, V, exclude=[mask_id])})
+    drafted = []
+
+    class Spy(DFlash):
+        def after_step(self, rows, out, keep, alive):
+            super().after_step(rows, out, keep, alive)
+            drafted.extend(t for r in rows for t in r.drafts)
+
+    monkeypatch.setitem(engine_mod.make_policy.__globals__["POLICIES"], "dflash", Spy)
+    ar = run(model, mask_id, PROMPTS, method="ar")
+    got = run(model, mask_id, PROMPTS, small, method="dflash", block_size=4)
+    assert [g.tokens for g in got] == [a.tokens for a in ar]
+    assert drafted and set(drafted) <= set(small.draft_vocab.tolist())

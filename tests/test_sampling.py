@@ -69,11 +69,16 @@ def test_spec_sampling_matches_the_target_distribution(small_vocab_model, temper
     assert chi2_pvalue(ar_counts, probs, n) > 1e-3
 
 
-@pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.7, 0.9)])
-def test_dflash_sampling_matches_the_target_distribution(small_vocab_model, temperature, top_p):
+@pytest.mark.parametrize("temperature,top_p,draft_vocab", [(1.0, 1.0, 0), (0.7, 0.9, 0), (1.0, 1.0, 2)])
+def test_dflash_sampling_matches_the_target_distribution(small_vocab_model, temperature, top_p, draft_vocab):
+    """draft_vocab 2: the drafts can only be tokens 1 and 3, so the draft distribution is 0 where the
+    target's is not, and the residual distribution after a rejection must make up for it."""
     model, mask_id = small_vocab_model
     torch.manual_seed(0)
-    drafter = Drafter(DrafterConfig.for_target(model.config, mask_id, n_layers=1, block_size=3)).eval()
+    drafter = Drafter(DrafterConfig.for_target(model.config, mask_id, n_layers=1, block_size=3,
+                                               draft_vocab_size=draft_vocab)).eval()
+    if draft_vocab:
+        drafter.draft_vocab.copy_(torch.tensor([1, 3]))
     n = 3000
     counts, outs = sample_counts(model, mask_id, n, drafter, method="dflash", block_size=3,
                                  temperature=temperature, top_p=top_p, seed=5)

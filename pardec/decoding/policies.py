@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ..dflash.model import ContextCache
+from ..dflash.model import ContextCache, DraftHead
 from ..errors import PardecError
 from . import sampling
 from .config import DecodeConfig
@@ -178,6 +178,7 @@ class DFlash(Verifier):
             raise PardecError(f"block size {config.block_size} exceeds the drafter's trained block size "
                               f"{drafter.cfg.block_size}")
         self.target, self.drafter = target, drafter
+        self.head = DraftHead(target.get_output_embeddings(), getattr(drafter, "draft_vocab", None), mask_id)
         self.feature_layers = drafter.cfg.target_layers
         self.context: ContextCache | None = None  # created at the first step, once the batch is known
 
@@ -199,13 +200,12 @@ class DFlash(Verifier):
         anchors = torch.tensor([r.committed[-1] for r in rows], device=keep.device)  # the bonus tokens
         anchor_pos = torch.tensor([len(r.committed) - 1 for r in rows], device=keep.device)
         D = self.cfg.block_size
-        logits = self.context.draft_logits(self.target.get_input_embeddings(), self.target.get_output_embeddings(),
-                                           anchors, anchor_pos, D)  # [B, D - 1, V]
-        logits[..., self.mask_id] = float("-inf")
+        logits = self.context.draft_logits(self.target.get_input_embeddings(), self.head,
+                                           anchors, anchor_pos, D)  # [B, D - 1, Vd]
         for b, r in enumerate(rows):
             tokens, probs = self._choose(logits[b])
-            r.drafts = tokens.tolist()
-            r.draft_probs = None if self.cfg.temperature == 0 else probs
+            r.drafts = self.head.token_ids(tokens).tolist()
+            r.draft_probs = None if self.cfg.temperature == 0 else self.head.full(probs)
 
 
 POLICIES = {"ar": AR, "threshold": Threshold, "eb": EntropyBounded, "spec": Speculative, "dflash": DFlash}

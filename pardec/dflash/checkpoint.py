@@ -26,7 +26,7 @@ def save(path: str | Path, drafter: Drafter, base_model: str, base_sha256: str |
          dtype: torch.dtype | None = None) -> None:
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    tensors = {n: (p.detach().to(dtype) if dtype else p.detach()).contiguous().cpu()
+    tensors = {n: (p.detach().to(dtype) if dtype and p.is_floating_point() else p.detach()).contiguous().cpu()
                for n, p in drafter.state_dict().items()}  # parameters and the feature scale
     tensors.update({k: v.detach().contiguous().cpu() for k, v in (extra or {}).items()})
     save_file(tensors, str(path / WEIGHTS))
@@ -82,6 +82,8 @@ def load(path: str | Path, target, base_model: str, mask_id: int) -> Drafter:
     missing = set(params) - set(tensors)
     if missing:
         raise PardecError(f"drafter '{path}' lacks tensor '{sorted(missing)[0]}'")
+    if "draft_vocab" in tensors and not ((tensors["draft_vocab"] >= 0) & (tensors["draft_vocab"] < head.shape[0])).all():
+        raise PardecError(f"drafter '{path}': draft vocabulary holds ids outside the model's vocabulary")
     with torch.no_grad():
         for n, p in params.items():
             if tensors[n].shape != p.shape:
@@ -94,7 +96,8 @@ def load(path: str | Path, target, base_model: str, mask_id: int) -> Drafter:
 def export(src: str | Path, dst: str | Path, dtype: torch.dtype = torch.bfloat16) -> None:
     """Drop optimizer state and cast to `dtype`: the artefact to ship or commit."""
     s = read_settings(src)
-    tensors = {k: v.to(dtype) for k, v in read_tensors(src).items() if not k.startswith("optimizer.")}
+    tensors = {k: v.to(dtype) if v.is_floating_point() else v
+               for k, v in read_tensors(src).items() if not k.startswith("optimizer.")}
     dst = Path(dst)
     dst.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(dst / WEIGHTS))
@@ -110,7 +113,8 @@ def export_dflash(src: str | Path, dst: str | Path, dtype: torch.dtype = torch.b
     that row to the target (surgery.add_mask_token), so an engine must load the target with it."""
     s = read_settings(src)
     cfg = DrafterConfig.from_dict(s["drafter"])
-    tensors = {k: v for k, v in read_tensors(src).items() if not k.startswith("optimizer.")}
+    # The draft vocabulary is pardec's own speed-up (their engines draft over the whole head).
+    tensors = {k: v for k, v in read_tensors(src).items() if not k.startswith("optimizer.") and k != "draft_vocab"}
     # Their fc reads the raw features: fold pardec's fixed feature scale into its columns.
     tensors["fc.weight"] = tensors["fc.weight"].float() * tensors.pop("feature_scale").float()[None, :]
     tensors = {k: v.to(dtype) for k, v in tensors.items()}

@@ -41,10 +41,15 @@ class DrafterConfig:
     rope_theta: float = 10000.0
     rms_eps: float = 1e-6
     max_position_embeddings: int = 32768
+    # Drafts come only from these most frequent tokens (0 = the whole vocabulary): the shared head is
+    # most of a drafter forward's cost at 150k tokens. Verification stays exact either way.
+    draft_vocab_size: int = 0
 
     def __post_init__(self):
         if self.n_layers < 1 or self.block_size < 2:
             raise PardecError("a drafter needs >= 1 layer and a block size >= 2")
+        if not 0 <= self.draft_vocab_size <= self.vocab_size:
+            raise PardecError(f"draft vocabulary size must lie in [0, {self.vocab_size}]")
         if not self.target_layers or not all(0 <= i < self.n_target_layers for i in self.target_layers):
             raise PardecError(f"target layers {self.target_layers} must lie in [0, {self.n_target_layers})")
         if self.n_heads % self.n_kv_heads:
@@ -66,7 +71,7 @@ class DrafterConfig:
     @classmethod
     def for_target(cls, config, mask_id: int, n_layers: int = 2, block_size: int = 8,
                    target_layers: tuple[int, ...] | None = None, vocab_size: int | None = None,
-                   embed_scale: float = 1.0) -> "DrafterConfig":
+                   embed_scale: float = 1.0, draft_vocab_size: int = 0) -> "DrafterConfig":
         """Same widths as the target (so the shared embedding and head fit, and layers can start
         as copies of the target's); target layers spread from the second to the fourth-last."""
         L = config.num_hidden_layers
@@ -87,6 +92,7 @@ class DrafterConfig:
             rope_theta=float(theta or getattr(config, "rope_theta", 10000.0)),
             rms_eps=float(getattr(config, "rms_norm_eps", 1e-6)),
             max_position_embeddings=getattr(config, "max_position_embeddings", 32768),
+            draft_vocab_size=draft_vocab_size,
         )
 
 
@@ -186,6 +192,9 @@ class Drafter(nn.Module):
         # Adam updates for hundreds of steps. Set from data once (set_feature_scale); being linear
         # before a linear map, it folds into fc.weight on export.
         self.register_buffer("feature_scale", torch.ones(cfg.feature_size))
+        if cfg.draft_vocab_size:
+            # [Vd] sorted token ids the drafts may use (choose_draft_vocab)
+            self.register_buffer("draft_vocab", torch.arange(cfg.draft_vocab_size))
         self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
         self.layers = nn.ModuleList(Layer(cfg) for _ in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
@@ -250,6 +259,59 @@ def init_from_target(drafter: Drafter, target, layers: bool = True) -> int:
     return n
 
 
+def choose_draft_vocab(sequences, size: int, vocab_size: int, always=(), exclude=()) -> torch.Tensor:
+    """The `size` most frequent tokens of `sequences` (ties and the unseen: lowest id first), always
+    holding `always` (stop tokens) and never `exclude` ([MASK]) -> sorted ids [size]."""
+    counts = torch.zeros(vocab_size, dtype=torch.long)
+    for seq in sequences:
+        counts += torch.bincount(torch.as_tensor(seq, dtype=torch.long), minlength=vocab_size)[:vocab_size]
+    big = int(counts.max()) + 2 if len(counts) else 2
+    for t in always:
+        counts[t] = big  # ranked first
+    for t in exclude:
+        counts[t] = -1  # ranked last
+    order = torch.argsort(-counts, stable=True)  # by count, then by id
+    if size > vocab_size - len(set(exclude)):
+        raise PardecError(f"draft vocabulary of {size} is larger than the {vocab_size - len(set(exclude))} usable tokens")
+    return order[:size].sort().values
+
+
+class DraftHead:
+    """The target's output head as the drafter uses it. With a draft vocabulary only those Vd rows are
+    multiplied (copied once per decode): logits come over the draft vocabulary, `token_ids` maps a
+    choice back to token ids, and `full` spreads draft probabilities over the whole vocabulary for
+    verification. Never materialising [.., V] keeps greedy drafting cheap. [MASK] is never drafted."""
+
+    def __init__(self, head: nn.Module, vocab: torch.Tensor | None, mask_id: int):
+        self.head, self.vocab, self.V = head, vocab, head.weight.shape[0]
+        if vocab is None:
+            self.weight, self.bias, self.mask_slot = head.weight, getattr(head, "bias", None), mask_id
+        else:
+            self.weight = head.weight[vocab]  # [Vd, H]
+            bias = getattr(head, "bias", None)
+            self.bias = None if bias is None else bias[vocab]
+            hit = (vocab == mask_id).nonzero()
+            self.mask_slot = int(hit[0]) if len(hit) else None
+
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        """h [..., H] -> float logits [..., Vd] over the draft vocabulary (Vd = V without one)."""
+        logits = F.linear(h.to(self.weight.dtype), self.weight, self.bias).float()
+        if self.mask_slot is not None and self.mask_slot < logits.shape[-1]:
+            logits[..., self.mask_slot] = float("-inf")
+        return logits
+
+    def token_ids(self, idx: torch.Tensor) -> torch.Tensor:
+        return idx if self.vocab is None else self.vocab[idx]
+
+    def full(self, probs: torch.Tensor) -> torch.Tensor:
+        """probs [..., Vd] -> [..., V], zero outside the draft vocabulary."""
+        if self.vocab is None:
+            return probs
+        out = probs.new_zeros((*probs.shape[:-1], self.V))
+        out[..., self.vocab] = probs
+        return out
+
+
 def block_inputs(anchor_tokens: torch.Tensor, D: int, mask_id: int) -> torch.Tensor:
     """anchor tokens [N] -> block token ids [N, D]: the anchor, then D - 1 masks."""
     ids = torch.full((anchor_tokens.shape[0], D), mask_id, dtype=torch.long, device=anchor_tokens.device)
@@ -296,16 +358,16 @@ class ContextCache:
         self.pos, self.valid = self.pos[idx], self.valid[idx]
 
     @torch.no_grad()
-    def draft_logits(self, embed, head, anchors: torch.Tensor, anchor_pos: torch.Tensor, D: int) -> torch.Tensor:
+    def draft_logits(self, embed, head: DraftHead, anchors: torch.Tensor, anchor_pos: torch.Tensor, D: int) -> torch.Tensor:
         """One drafter forward: anchors [B] (the last committed token, not yet seen by the target) at
-        positions anchor_pos [B] -> logits [B, D - 1, V] for the tokens after it."""
+        positions anchor_pos [B] -> logits [B, D - 1, Vd] over head's draft vocabulary, for the tokens after it."""
         ids = block_inputs(anchors, D, self.drafter.cfg.mask_token_id)  # [B, D]
         pos = anchor_pos[:, None] + torch.arange(D, device=anchors.device)[None, :]  # [B, D]
         B, S = self.valid.shape
         mask = torch.cat([self.valid[:, None, :].expand(B, D, S),
                           torch.ones(B, D, D, dtype=torch.bool, device=anchors.device)], 2)  # [B, D, S + D]
         h = self.drafter(embed(ids), pos, self.kv or _empty_kv(self.drafter, B, anchors.device), mask)
-        return head(h[:, 1:].to(head.weight.dtype)).float()  # a float32 drafter in training, bf16 head
+        return head(h[:, 1:])  # [B, D - 1, Vd] float
 
 
 def _empty_kv(drafter: Drafter, B: int, device):

@@ -52,6 +52,7 @@ class DrafterTrainConfig:
     eval_every: int = 100
     eval_prompts: int = 4
     eval_max_new_tokens: int = 64
+    draft_vocab: int = 32768  # drafts use the N most frequent tokens of the data (0 = all); see DrafterConfig
 
     def __post_init__(self):
         if self.block_size < 2 or self.layers < 1 or self.anchors_per_sequence < 1:
@@ -62,6 +63,8 @@ class DrafterTrainConfig:
             raise PardecError("init must be 'norm', 'target' or 'random'")
         if self.decay is not None and self.decay <= 0:
             raise PardecError("decay must be > 0")
+        if self.draft_vocab < 0:
+            raise PardecError("draft vocabulary size must be >= 0 (0 = the whole vocabulary)")
 
 
 # ---------------------------------------------------------------- target features, cached on disk
@@ -244,6 +247,8 @@ def _resume(drafter, opt, path, cfg: DrafterTrainConfig) -> tuple[int, list[dict
     tensors = dcheckpoint.read_tensors(path)
     with torch.no_grad():
         for n, p in drafter.state_dict().items():
+            if n == "draft_vocab" and n not in tensors:
+                continue  # a checkpoint from before draft vocabularies: keep the one chosen from the data
             p.copy_(tensors[n])
     restore_adam(opt, {id(p): n for n, p in drafter.named_parameters()}, tensors, step)
     return step, read_history(path)
