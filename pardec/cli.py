@@ -121,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "Resumable; prompts overlapping HumanEval, GSM8K or MT-bench are left out.")
     _add_model_args(d)
     d.add_argument("--prompts", default="builtin:code,builtin:sharegpt",
-                   help="comma list of sources: builtin:code, builtin:sharegpt, or JSONL files with a 'prompt' field")
+                   help="comma list of sources: builtin:code, builtin:sharegpt, builtin:chat, or JSONL files with a 'prompt' field")
     d.add_argument("--out", required=True, help="output JSONL (appended to; existing ids are skipped)")
     d.add_argument("--limit", type=int, default=None, help="at most this many prompts")
     d.add_argument("--max-new-tokens", type=int, default=256)

@@ -8,7 +8,7 @@ from pardec import load_model
 from pardec.cli import main
 from pardec.decoding import DecodeConfig
 from pardec.training.distill import distill
-from pardec.training.sources import ContaminationFilter, code_prompts
+from pardec.training.sources import ContaminationFilter, code_prompts, read_prompt_source
 
 BENCH = [
     "def has_close_elements(numbers, threshold): Check if in given list of numbers, are any two numbers "
@@ -31,6 +31,20 @@ def test_code_prompts_come_from_the_standard_library():
     prompts = code_prompts()
     assert len(prompts) > 200 and len({p["id"] for p in prompts}) == len(prompts)
     assert all(p["prompt"].startswith("Write a Python function `") for p in prompts)
+
+
+def test_chat_prompts_are_distinct_and_clear_of_the_benchmarks():
+    prompts = read_prompt_source("builtin:chat")
+    texts = [p["prompt"] for p in prompts]
+    assert len(texts) >= 400 and len(set(texts)) == len(texts) and len({p["id"] for p in prompts}) == len(prompts)
+    f = ContaminationFilter.from_benchmarks()
+    assert sum(map(f, texts)) <= len(texts) // 50  # at most a few overlap MT-bench/GSM8K/HumanEval
+
+
+def test_the_packaged_sharegpt_file_is_identity_questions_only():
+    """Documents why builtin:chat exists: the packaged 'conversations' hold 52 distinct prompts."""
+    prompts = read_prompt_source("builtin:sharegpt")
+    assert len(prompts) == 500 and len({p["prompt"] for p in prompts}) < 60
 
 
 def test_distill_is_batched_resumable_and_filters(tiny_dir, tmp_path):

