@@ -174,7 +174,7 @@ def _hist(values: list[int]) -> dict[str, int]:
 def markdown_table(result: dict) -> str:
     """The results table; with several tasks, one table per task and one over all prompts."""
     if not result.get("by_task"):
-        return _table(result["records"], result["task"])
+        return _table(result["records"], result["task"].split(":")[0])  # "humaneval:0-7" scores as humaneval
     parts = [f"### {task} ({recs[0]['prompts']} prompts)\n\n" + _table(recs, task) for task, recs in result["by_task"].items()]
     total = result["records"][0]["prompts"]
     parts.append(f"### all tasks ({total} prompts; score over the scored prompts)\n\n" + _table(result["records"], "all"))
