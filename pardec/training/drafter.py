@@ -28,7 +28,8 @@ from ..dflash import checkpoint as dcheckpoint
 from ..dflash.model import Drafter, block_inputs, target_features
 from ..errors import PardecError
 from .data import Example
-from .run_state import adam_tensors, read_history, restore_adam, resume_step, warmup_cosine, write_checkpoint
+from .run_state import (adam_tensors, apply_update, read_history, restore_adam, resume_step, step_record,
+                        step_stats, warmup_cosine, write_checkpoint)
 
 
 @dataclass(frozen=True)
@@ -210,18 +211,10 @@ def train_drafter(target, drafter: Drafter, train: list[Example], features: list
             with autocast:
                 lo = drafter_loss(drafter, target, train[j].ids, features[j].to(target.device), anchors, cfg.decay)
             (lo.loss / cfg.grad_accum).backward()
-            stats += torch.cat([torch.tensor([lo.loss.item() / cfg.grad_accum, lo.tokens]),
-                                lo.slot_loss.cpu(), lo.slot_correct.cpu(), lo.slot_count.cpu()])
-        for g in opt.param_groups:
-            g["lr"] = warmup_cosine(cfg.lr, cfg.warmup_steps, cfg.steps, step, floor=0.05)
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+            stats += step_stats(lo, cfg.grad_accum)
+        apply_update(opt, params, warmup_cosine(cfg.lr, cfg.warmup_steps, cfg.steps, step, floor=0.05))
         step += 1
-        dt = time.perf_counter() - t0
-        n = stats[2 + 2 * (D - 1) :].clamp_min(1)
-        rec = dict(step=step, loss=float(stats[0]), tokens=int(stats[1]), seconds=dt,
-                   slot_loss=(stats[2 : 1 + D] / n).tolist(), slot_acc=(stats[1 + D : 2 * D] / n).tolist())
+        rec = step_record(step, stats, time.perf_counter() - t0)
         history.append(rec)
         bar.set_postfix_str(f"loss {rec['loss']:.3f} acc by slot " + "/".join(f"{a:.2f}" for a in rec["slot_acc"]))
         bar.update()

@@ -19,7 +19,8 @@ from .config import TrainConfig
 from .data import Example
 from .layout import sample_blocks
 from .objective import sequence_loss
-from .run_state import adam_tensors, read_history, restore_adam, resume_step, warmup_cosine, write_checkpoint
+from .run_state import (adam_tensors, apply_update, read_history, restore_adam, resume_step, step_record,
+                        step_stats, warmup_cosine, write_checkpoint)
 
 
 def prepare(model, cfg: TrainConfig) -> list[torch.nn.Parameter]:
@@ -93,22 +94,14 @@ def retrofit(model, mask_id: int, train: list[Example], heldout: list[list[int]]
                 lo = sequence_loss(model, ex.ids, ex.response_start, blocks, cfg, mask_id, forward)
                 # DDP averages over processes: scale so the result is the mean over all grad_accum sequences.
                 (lo.loss * world / cfg.grad_accum).backward()
-            stats += torch.cat([torch.tensor([lo.loss.item() / cfg.grad_accum, lo.tokens]),
-                                lo.slot_loss.cpu(), lo.slot_correct.cpu(), lo.slot_count.cpu()])
+            stats += step_stats(lo, cfg.grad_accum)
         if world > 1:
             stats = acc.reduce(stats, "sum")
-        for g in opt.param_groups:
-            g["lr"] = warmup_cosine(cfg.lr, cfg.warmup_steps, cfg.steps, step, floor=0.1)
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        apply_update(opt, params, warmup_cosine(cfg.lr, cfg.warmup_steps, cfg.steps, step, floor=0.1))
         step += 1
-        dt = time.perf_counter() - t0
-        n = stats[2 + 2 * D :].clamp_min(1)
-        rec = dict(step=step, loss=float(stats[0]), tokens=int(stats[1]), seconds=dt,
-                   slot_loss=(stats[2 : 2 + D] / n).tolist(), slot_acc=(stats[2 + D : 2 + 2 * D] / n).tolist())
+        rec = step_record(step, stats, time.perf_counter() - t0)
         history.append(rec)
-        bar.set_postfix_str(f"loss {rec['loss']:.3f} tok/s {rec['tokens'] / dt:.0f} by slot "
+        bar.set_postfix_str(f"loss {rec['loss']:.3f} tok/s {rec['tokens'] / rec['seconds']:.0f} by slot "
                             + "/".join(f"{x:.2f}" for x in rec["slot_loss"]))
         bar.update()
         if step % cfg.eval_every == 0 or step == cfg.steps:

@@ -1,5 +1,5 @@
 """What a training run keeps besides its weights, shared by the retrofit and drafter loops: the
-learning-rate schedule, AdamW moments for an exact resume, the settings a resume must not change,
+per-step statistics and update, the learning-rate schedule, AdamW moments for an exact resume, the settings a resume must not change,
 the history, and the checkpoint folder written beside its destination and swapped in."""
 
 from __future__ import annotations
@@ -26,6 +26,30 @@ def warmup_cosine(lr: float, warmup: int, steps: int, step: int, floor: float) -
         return lr * (step + 1) / warmup
     t = (step - warmup) / max(1, steps - warmup)
     return lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, t))))
+
+
+def step_stats(lo, grad_accum: int) -> torch.Tensor:
+    """One sequence's share of a step's statistics, to be summed over the step:
+    [loss / grad_accum, tokens, slot loss [S], slot hits [S], slot counts [S]]."""
+    return torch.cat([torch.tensor([lo.loss.item() / grad_accum, lo.tokens]),
+                      lo.slot_loss.cpu(), lo.slot_correct.cpu(), lo.slot_count.cpu()])
+
+
+def step_record(step: int, stats: torch.Tensor, seconds: float) -> dict:
+    """Summed step_stats -> the history record: mean loss and accuracy by block slot."""
+    S = (len(stats) - 2) // 3
+    n = stats[2 + 2 * S :].clamp_min(1)
+    return dict(step=step, loss=float(stats[0]), tokens=int(stats[1]), seconds=seconds,
+                slot_loss=(stats[2 : 2 + S] / n).tolist(), slot_acc=(stats[2 + S : 2 + 2 * S] / n).tolist())
+
+
+def apply_update(opt: torch.optim.Optimizer, params, lr: float, max_norm: float = 1.0) -> None:
+    """Set the learning rate, clip the gradient norm, step and clear the gradients."""
+    for g in opt.param_groups:
+        g["lr"] = lr
+    torch.nn.utils.clip_grad_norm_(params, max_norm)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
 
 
 def adam_tensors(opt: torch.optim.Optimizer, names: dict[int, str]) -> dict[str, torch.Tensor]:
