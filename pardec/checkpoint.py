@@ -70,22 +70,31 @@ def read_settings(path: str | Path) -> CheckpointSettings:
         raise PardecError(f"corrupt checkpoint settings in '{path / SETTINGS}': {e}") from e
 
 
-@torch.no_grad()
-def apply(model, path: str | Path, base_model: str, mask_id: int) -> CheckpointSettings:
-    """Load a checkpoint onto `model` (loaded as `base_model`, with `[MASK]` = mask_id)."""
-    settings = read_settings(path)
+def check_fits(settings: CheckpointSettings, path, base_model: str, mask_id: int, vocab_size: int) -> None:
+    """Refuse a checkpoint made for another base model, vocabulary or [MASK] token, or of an unknown kind."""
     if settings.base_model != base_model:
         raise PardecError(
             f"checkpoint '{path}' was made for base model '{settings.base_model}', not '{base_model}'"
         )
-    if settings.mask_token_id != mask_id or settings.vocab_size != model.get_input_embeddings().weight.shape[0]:
+    if settings.mask_token_id != mask_id or settings.vocab_size != vocab_size:
         raise PardecError(f"checkpoint '{path}' was made with another vocabulary or [MASK] token id")
     if settings.adapter not in KINDS:
         raise PardecError(f"checkpoint '{path}' has adapter kind '{settings.adapter}', which this version cannot load")
+
+
+def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
     try:
-        tensors = load_file(str(Path(path) / WEIGHTS))
+        return load_file(str(Path(path) / WEIGHTS))
     except Exception as e:  # safetensors raises several types for truncated or garbled files
         raise PardecError(f"corrupt checkpoint weights in '{path}': {e}") from e
+
+
+@torch.no_grad()
+def apply(model, path: str | Path, base_model: str, mask_id: int) -> CheckpointSettings:
+    """Load a checkpoint onto `model` (loaded as `base_model`, with `[MASK]` = mask_id)."""
+    settings = read_settings(path)
+    check_fits(settings, path, base_model, mask_id, model.get_input_embeddings().weight.shape[0])
+    tensors = read_weights(path)
     if settings.adapter in adapters.KINDS:
         cfg = dict(settings.lora or {})
         cfg["targets"] = tuple(cfg.get("targets", adapters.TARGETS))

@@ -37,7 +37,8 @@ def _add_drafter_arg(p: argparse.ArgumentParser) -> None:
 def _add_run_args(p: argparse.ArgumentParser, cfg, checkpoint: str) -> None:
     """Data, checkpoint and schedule options of both training commands; defaults from their config
     (TrainConfig or DrafterTrainConfig, which share these field names)."""
-    p.add_argument("--data", required=True, help="distilled JSONL (prompt, response)")
+    p.add_argument("--data", required=True, nargs="+", metavar="JSONL",
+                   help="distilled JSONL files (prompt, response); the held-out prompts come from each file's end")
     p.add_argument("--out", required=True, help=checkpoint)
     p.add_argument("--resume", help=f"{checkpoint} to resume from")
     p.add_argument("--lr", type=float, default=cfg.lr, help=f"peak learning rate (default {cfg.lr})")
@@ -144,6 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--blocks-per-sequence", type=int, default=t.blocks_per_sequence)
     r.add_argument("--ntp-weight", type=float, default=t.ntp_weight, help="sbd: next-token loss weight")
     r.add_argument("--decay", type=float, default=None, help="position-decayed loss weights exp(-j/decay)")
+    r.add_argument("--init-from", metavar="CHECKPOINT",
+                   help="start from this checkpoint's weights (same --kind and --rank; block size, objective "
+                        "and data may differ); a fresh optimizer and schedule")
     r.add_argument("--rank", type=int, default=t.lora_rank)
     r.add_argument("--alpha", type=float, default=t.lora_alpha)
 
@@ -319,7 +323,7 @@ def _retrofit(args) -> None:
     from . import models
     from .api import encode_prompt, load_model, stop_token_ids
     from .training.config import TrainConfig
-    from .training.data import read_pairs, tokenize
+    from .training.data import read_pairs, split_heldout, tokenize
     from .training.loop import retrofit
 
     cfg = TrainConfig(
@@ -327,15 +331,12 @@ def _retrofit(args) -> None:
         blocks_per_sequence=args.blocks_per_sequence, ntp_weight=args.ntp_weight, decay=args.decay,
         lora_rank=args.rank, lora_alpha=args.alpha, lr=args.lr, steps=args.steps, grad_accum=args.grad_accum,
         max_length=args.max_length, bf16=args.dtype == "bfloat16", seed=args.seed, eval_every=args.eval_every,
-        eval_prompts=args.heldout,
+        eval_prompts=args.heldout, init_from=args.init_from,
     )
-    rows = read_pairs(args.data)
-    if len(rows) <= args.heldout:
-        raise PardecError(f"{args.data}: {len(rows)} examples, not more than --heldout {args.heldout}")
+    train_rows, held_rows = split_heldout([read_pairs(f) for f in args.data], args.data, args.heldout)
     # Train in float32 weights under bf16 autocast would double memory; the base stays in the chosen
     # dtype (frozen) and only the adapter is float32.
     model, tok, mask_id = load_model(args.model, getattr(torch, args.dtype), "none")
-    train_rows, held_rows = rows[: len(rows) - args.heldout], rows[len(rows) - args.heldout :]
     train = tokenize(model, tok, train_rows, cfg.max_length)
     heldout = [encode_prompt(tok, r["prompt"]) for r in held_rows]
     spec = models.PACKAGED.get(args.model)
@@ -355,7 +356,7 @@ def _train_drafter(args) -> None:
     from .api import encode_prompt, load_model, stop_token_ids
     from .dflash.model import (Drafter, DrafterConfig, choose_draft_vocab, embedding_scale, init_from_target,
                                set_feature_scale)
-    from .training.data import read_pairs, tokenize
+    from .training.data import read_pairs, split_heldout, tokenize
     from .training.drafter import (DrafterTrainConfig, cache_features, features_key, load_features,
                                    train_drafter)
 
@@ -369,16 +370,13 @@ def _train_drafter(args) -> None:
         grad_accum=args.grad_accum, max_length=args.max_length, bf16=args.dtype == "bfloat16", seed=args.seed,
         eval_every=args.eval_every, eval_prompts=args.heldout, draft_vocab=args.draft_vocab,
     )
-    rows = read_pairs(args.data)
-    if len(rows) <= args.heldout:
-        raise PardecError(f"{args.data}: {len(rows)} examples, not more than --heldout {args.heldout}")
+    train_rows, held_rows = split_heldout([read_pairs(f) for f in args.data], args.data, args.heldout)
     dtype = getattr(torch, args.dtype)
     model, tok, mask_id = load_model(args.model, dtype, "none")
     V = model.get_output_embeddings().weight.shape[0]
     n_vocab = cfg.draft_vocab if 0 < cfg.draft_vocab < V - 1 else 0  # V - 1: [MASK] is never drafted
     dcfg = DrafterConfig.for_target(model.config, mask_id, cfg.layers, cfg.block_size, cfg.target_layers,
                                     vocab_size=V, embed_scale=embedding_scale(model), draft_vocab_size=n_vocab)
-    train_rows, held_rows = rows[: len(rows) - args.heldout], rows[len(rows) - args.heldout :]
     train = tokenize(model, tok, train_rows, cfg.max_length)
     heldout = [encode_prompt(tok, r["prompt"]) for r in held_rows]
     folder = Path(args.features) if args.features else (

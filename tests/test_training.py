@@ -1,6 +1,7 @@
 """Retrofit training on tiny models: gated adapters keep NTP exact, training teaches blocks, resume
 is exact."""
 
+import pytest
 import torch
 
 from pardec import adapters, checkpoint
@@ -8,7 +9,8 @@ from pardec.cache import BlockCache
 from pardec.decoding import DecodeConfig, decode
 from pardec.decoding.step import block_step
 from pardec.training.config import TrainConfig
-from pardec.training.data import Example
+from pardec.errors import PardecError
+from pardec.training.data import Example, split_heldout
 from pardec.training.loop import retrofit
 from tiny import tiny_model
 
@@ -151,3 +153,34 @@ def test_joint_layout_with_sbd_and_ntp_loss_trains(tmp_path):
                     lr=1e-2, eval_every=60)
     hist = retrofit(model, mask_id, counting_examples(), [], cfg, tmp_path / "ck", "tiny", None, progress=False)
     assert hist[-1]["loss"] < 0.6 * hist[0]["loss"]
+
+
+def test_init_from_warm_starts_with_another_block_size_and_refuses_another_rank(tmp_path):
+    data = counting_examples(8)
+    first, mask_id = tiny_model("llama", vocab=VOCAB)
+    retrofit(first, mask_id, data, [], train_cfg(steps=3, eval_every=3), tmp_path / "a", "tiny", None, progress=False)
+    # D 4 -> 6 with a learning rate too small to move the weights: they are the first run's.
+    cfg = train_cfg(steps=1, eval_every=1, block_size=6, lr=1e-12, init_from=str(tmp_path / "a"))
+    second, _ = tiny_model("llama", vocab=VOCAB)
+    hist = retrofit(second, mask_id, data, [], cfg, tmp_path / "b", "tiny", None, progress=False)
+    sa, sb = adapters.adapter_state(first), adapters.adapter_state(second)
+    assert any(v.abs().max() > 0 for k, v in sa.items() if k.endswith("lora_b"))  # trained: B starts at 0
+    for k in sa:
+        torch.testing.assert_close(sb[k], sa[k], rtol=1e-5, atol=1e-7)
+    assert len(hist) == 1 and checkpoint.read_settings(tmp_path / "b").training["init_from"] == str(tmp_path / "a")
+    with pytest.raises(PardecError, match="cannot start from"):
+        retrofit(tiny_model("llama", vocab=VOCAB)[0], mask_id, data, [], train_cfg(lora_rank=4, init_from=str(tmp_path / "a")),
+                 tmp_path / "c", "tiny", None, progress=False)
+    with pytest.raises(PardecError, match="base model"):
+        retrofit(tiny_model("llama", vocab=VOCAB)[0], mask_id, data, [], cfg, tmp_path / "d", "other", None,
+                 progress=False)
+
+
+def test_held_out_prompts_come_from_every_file():
+    a = [{"prompt": f"a{i}", "response": "x"} for i in range(5)]
+    b = [{"prompt": f"b{i}", "response": "x"} for i in range(3)]
+    train, held = split_heldout([a, b], ["a", "b"], 3)
+    assert [r["prompt"] for r in held] == ["a3", "a4", "b2"]
+    assert [r["prompt"] for r in train] == ["a0", "a1", "a2", "b0", "b1"]
+    with pytest.raises(PardecError, match="b: 3 examples"):
+        split_heldout([a, b], ["a", "b"], 7)

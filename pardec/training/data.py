@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..api import encode_prompt, stop_token_ids
 from ..datafiles import read_jsonl
+from ..errors import PardecError
 
 
 @dataclass(frozen=True)
@@ -17,6 +18,19 @@ class Example:
 
 def read_pairs(path: str | Path) -> list[dict]:
     return read_jsonl(path, ("prompt", "response"))
+
+
+def split_heldout(files: list[list[dict]], names: list, heldout: int) -> tuple[list[dict], list[dict]]:
+    """(train, held out): the held-out rows come from the end of every file in turn (the first files
+    give one more where `heldout` does not divide evenly), so that each kind of data is checked."""
+    shares = [heldout // len(files) + (i < heldout % len(files)) for i in range(len(files))]
+    train, held = [], []
+    for rows, name, k in zip(files, names, shares):
+        if len(rows) <= k:
+            raise PardecError(f"{name}: {len(rows)} examples, not more than its {k} held-out prompts")
+        train += rows[: len(rows) - k]
+        held += rows[len(rows) - k :]
+    return train, held
 
 
 def tokenize(model, tokenizer, rows: list[dict], max_length: int, chat: bool = True) -> list[Example]:

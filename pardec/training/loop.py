@@ -73,6 +73,8 @@ def retrofit(model, mask_id: int, train: list[Example], heldout: list[list[int]]
     step, history = 0, []
     if resume is not None:
         step, history = _resume(model, opt, resume, cfg, names)
+    elif cfg.init_from is not None:
+        _init_from(model, cfg, base_model, mask_id)
     forward = acc.prepare_model(model) if world > 1 else model
     order = torch.randperm(len(train), generator=torch.Generator().manual_seed(cfg.seed)).tolist()
     model.train()
@@ -124,6 +126,25 @@ def _save(model, opt, out: Path, cfg, step, history, base_model, base_sha256, ma
         training=dict(dataclasses.asdict(cfg), step=step),
     )
     write_checkpoint(out, lambda folder: checkpoint.save(folder, settings, tensors), history)
+
+
+def _init_from(model, cfg: TrainConfig, base_model: str, mask_id: int) -> None:
+    """Warm start: the weights of an earlier checkpoint, with a fresh optimizer and schedule. Only the
+    kind and rank must match; block size, objective and data may change (e.g. D 4 -> 8)."""
+    path = cfg.init_from
+    settings = checkpoint.read_settings(path)
+    checkpoint.check_fits(settings, path, base_model, mask_id, model.get_input_embeddings().weight.shape[0])
+    lora = None if cfg.adapter == "full" else dict(kind=cfg.adapter, rank=cfg.lora_rank, alpha=cfg.lora_alpha)
+    theirs = None if settings.lora is None else {k: settings.lora.get(k) for k in ("kind", "rank", "alpha")}
+    if settings.adapter != cfg.adapter or theirs != lora:
+        raise PardecError(f"cannot start from '{path}': it is a {settings.adapter} checkpoint {theirs or ''}, "
+                          f"this run trains {cfg.adapter} {lora or ''}")
+    tensors = checkpoint.read_weights(path)
+    with torch.no_grad():
+        for n, p in trainable_state(model, cfg).items():
+            if n not in tensors or tensors[n].shape != p.shape:
+                raise PardecError(f"checkpoint '{path}' does not fit this run (tensor '{n}')")
+            p.copy_(tensors[n])
 
 
 def _resume(model, opt, path, cfg: TrainConfig, names) -> tuple[int, list[dict]]:
