@@ -60,7 +60,8 @@ def _add_decode_args(p: argparse.ArgumentParser) -> None:
                         f"lossless self-speculation; dflash = lossless, drafts from a DFlash drafter "
                         f"(default {d.method})")
     p.add_argument("--block-size", type=int, default=None,
-                   help=f"D, slots per forward (default {d.block_size}; dflash: the drafter's block size)")
+                   help=f"D, slots per forward (default: the block size the adapter was trained with, else "
+                        f"{d.block_size}; dflash: the drafter's)")
     p.add_argument("--threshold", type=float, default=d.threshold, help=f"threshold: confidence to keep a slot, in [0, 1] (default {d.threshold})")
     p.add_argument("--confidence", choices=("prob", "entropy"), default=d.confidence,
                    help="threshold: max probability, or 1 - entropy / log V")
@@ -96,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print one JSON object per prompt (text, new_tokens, forwards, tokens_per_forward, seconds, method)")
     g.add_argument("--batch-size", type=int, default=1, help="prompts decoded together with --json (default 1)")
 
+    from .decoding import DecodeConfig
+
     b = sub.add_parser("bench", help="side-by-side speed and quality of decoding methods on a benchmark",
                        description="Run every method on the same prompts, interleaved, after a warm-up; "
                                    "report TPF, tokens/s, speedup vs ar (same run), identity to ar, task "
@@ -112,8 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--limit", type=int, default=None, help="number of items")
     b.add_argument("--offset", type=int, default=0, help="first item")
     b.add_argument("--max-new-tokens", type=int, default=256)
-    b.add_argument("--block-size", type=int, default=4,
-                   help="default D for every method (dflash: the drafter's, unless dflash@block_size=N)")
+    b.add_argument("--block-size", type=int, default=None,
+                   help="default D for every method (default: the block size the adapter was trained with, else "
+                        f"{DecodeConfig.block_size}; dflash: the drafter's, unless dflash@block_size=N)")
     b.add_argument("--no-chat", action="store_true")
     b.add_argument("--out", default="bench-out", help="output folder (default bench-out)")
 
@@ -196,6 +200,16 @@ def _read_prompts(path: str) -> list[str]:
     return [row["prompt"] for row in read_jsonl(path, ("prompt",))]
 
 
+def _default_block_size(args) -> int:
+    """D when --block-size is not given: the one the adapter in use was trained with (its block
+    predictions beyond that are untrained), else DecodeConfig's."""
+    from . import checkpoint
+    from .decoding import DecodeConfig
+
+    adapter = checkpoint.resolve_adapter(args.model, args.adapter)
+    return checkpoint.read_settings(adapter).block_size if adapter is not None else DecodeConfig.block_size
+
+
 def _generate(args) -> None:
     import torch
 
@@ -205,7 +219,7 @@ def _generate(args) -> None:
 
     def make_config(block_size):
         return DecodeConfig(
-            method=args.method, block_size=DecodeConfig.block_size if block_size is None else block_size, threshold=args.threshold,
+            method=args.method, block_size=_default_block_size(args) if block_size is None else block_size, threshold=args.threshold,
             confidence=args.confidence, gamma=args.gamma, draft_blocks=args.draft_blocks,
             temperature=args.temperature, top_p=args.top_p, seed=args.seed, max_new_tokens=args.max_new_tokens,
             stop=tuple(args.stop),
@@ -258,7 +272,8 @@ def _bench(args) -> None:
     from .bench.tasks import load_tasks
     from .decoding import DecodeConfig
 
-    specs = parse_methods(args.methods, DecodeConfig(max_new_tokens=args.max_new_tokens, block_size=args.block_size))
+    block_size = _default_block_size(args) if args.block_size is None else args.block_size
+    specs = parse_methods(args.methods, DecodeConfig(max_new_tokens=args.max_new_tokens, block_size=block_size))
     items = load_tasks(args.task, args.limit, args.offset)
     dtype = getattr(torch, args.dtype)
     model, tok, mask_id = load_model(args.model, dtype, args.adapter)

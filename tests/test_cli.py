@@ -132,3 +132,33 @@ def test_train_drafter_then_generate_and_bench_with_dflash(tiny_dir, capsys, tmp
     code, _, err = run_cli(capsys, "train-drafter", "--model", tiny_dir, "--data", str(data), "--out", str(ck),
                            "--target-layers", "0,x")
     assert code == 2 and "--target-layers" in err
+
+
+def test_retrofit_from_two_files_warm_started_sets_the_default_block_size(tiny_dir, capsys, tmp_path):
+    files = []
+    for name, words in (("code", "def add ( a , b ) : return a + b".split()), ("chat", "the cat sat on the mat".split())):
+        f = tmp_path / f"{name}.jsonl"
+        f.write_text("".join(json.dumps({"prompt": " ".join(words[i : i + 2]), "response": " ".join(words * 2)}) + "\n"
+                             for i in range(4)))
+        files.append(str(f))
+    common = ["retrofit", "--model", tiny_dir, "--data", *files, "--dtype", "float32", "--heldout", "2",
+              "--steps", "1", "--eval-every", "1", "--rank", "4", "--alpha", "8"]
+    code, _, err = run_cli(capsys, *common, "--out", str(tmp_path / "d3"), "--block-size", "3")
+    assert code == 0, err
+    code, _, err = run_cli(capsys, *common, "--out", str(tmp_path / "d5"), "--block-size", "5",
+                           "--init-from", str(tmp_path / "d3"))
+    assert code == 0, err
+    code, _, err = run_cli(capsys, *common, "--out", str(tmp_path / "r8"), "--rank", "8", "--init-from", str(tmp_path / "d3"))
+    assert code == 2 and "cannot start from" in err
+    # bench and generate decode with the adapter's trained D unless told otherwise.
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"prompt": "one two"}) + "\n")
+    bench = ["bench", "--model", tiny_dir, "--adapter", str(tmp_path / "d5"), "--task", f"jsonl:{prompts}",
+             "--methods", "ar,spec", "--max-new-tokens", "4", "--dtype", "float32"]
+    code, _, err = run_cli(capsys, *bench, "--out", str(tmp_path / "b1"))
+    assert code == 0, err
+    recs = {r["method"]: r for r in json.loads((tmp_path / "b1" / "results.json").read_text())["records"]}
+    assert recs["spec"]["config"]["block_size"] == 5
+    code, _, err = run_cli(capsys, *bench, "--block-size", "2", "--out", str(tmp_path / "b2"))
+    recs = {r["method"]: r for r in json.loads((tmp_path / "b2" / "results.json").read_text())["records"]}
+    assert code == 0 and recs["spec"]["config"]["block_size"] == 2
