@@ -98,7 +98,7 @@ def apply(model, path: str | Path, base_model: str, mask_id: int) -> CheckpointS
     if settings.adapter in adapters.KINDS:
         cfg = dict(settings.lora or {})
         cfg["targets"] = tuple(cfg.get("targets", adapters.TARGETS))
-        adapters.attach(model, adapters.LoRAConfig(**cfg), freeze=False)
+        adapters.attach(model, adapters.LoRAConfig(**cfg), dtype=torch.float32, freeze=False)
         model.eval()
         missing = set(adapters.adapter_state(model)) - set(tensors)
         if missing:

@@ -184,3 +184,35 @@ def test_held_out_prompts_come_from_every_file():
     assert [r["prompt"] for r in train] == ["a0", "a1", "a2", "b0", "b1"]
     with pytest.raises(PardecError, match="b: 3 examples"):
         split_heldout([a, b], ["a", "b"], 7)
+
+
+def test_gated_update_is_the_same_for_a_suffix_gate_a_scattered_gate_and_with_gradients():
+    """The suffix fast path (decoding: block slots last), the general masked path and the training
+    path (gradients on) compute the same layer output."""
+    torch.manual_seed(0)
+    gate = adapters.Gate()
+    layer = adapters.LoRALinear(torch.nn.Linear(6, 5), rank=2, alpha=4.0, gate=gate, dtype=torch.float32)
+    with torch.no_grad():
+        layer.lora_b.normal_()
+    x = torch.randn(2, 7, 6)
+    on = torch.zeros(2, 7, dtype=torch.bool)
+    on[:, 4:] = True
+
+    def reference(on):
+        return layer.base(x) + on[..., None] * (x @ layer.lora_a.T @ layer.lora_b.T) * layer.scale
+
+    gate.set(on)
+    assert gate.start == 4
+    with torch.no_grad():
+        fast = layer(x)
+    torch.testing.assert_close(fast, reference(on))
+    torch.testing.assert_close(layer(x), reference(on))  # gradients on: out of place
+    scattered = on.clone()
+    scattered[0, 1] = True
+    gate.set(scattered)
+    assert gate.start is None
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), reference(scattered))
+    gate.set(None)
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), layer.base(x))

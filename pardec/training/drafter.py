@@ -23,12 +23,12 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
-from ..decoding import DecodeConfig, decode
+from ..decoding import DecodeConfig
 from ..dflash import checkpoint as dcheckpoint
 from ..dflash.model import Drafter, block_inputs, target_features
 from ..errors import PardecError
 from .data import Example
-from .run_state import (adam_tensors, apply_update, read_history, restore_adam, resume_step, step_record,
+from .run_state import (adam_tensors, apply_update, heldout_tpf, read_history, restore_adam, resume_step, step_record,
                         step_stats, warmup_cosine, write_checkpoint)
 
 
@@ -170,16 +170,6 @@ def drafter_loss(drafter: Drafter, target, ids: list[int], features: torch.Tenso
 # ---------------------------------------------------------------- the loop
 
 
-@torch.no_grad()
-def heldout_tpf(target, drafter, prompts, cfg: DrafterTrainConfig, mask_id: int, stop_ids) -> float:
-    drafter.eval()
-    res = decode(target, prompts, DecodeConfig(method="dflash", block_size=cfg.block_size,
-                                               max_new_tokens=cfg.eval_max_new_tokens), mask_id, stop_ids,
-                 drafter=drafter)
-    drafter.train()
-    return sum(len(r.tokens) for r in res) / max(1, sum(r.forwards for r in res))
-
-
 def train_drafter(target, drafter: Drafter, train: list[Example], features: list[torch.Tensor],
                   heldout: list[list[int]], cfg: DrafterTrainConfig, out: str | Path, base_model: str,
                   base_sha256: str | None, stop_ids=frozenset(), resume: str | Path | None = None,
@@ -219,7 +209,9 @@ def train_drafter(target, drafter: Drafter, train: list[Example], features: list
         bar.set_postfix_str(f"loss {rec['loss']:.3f} acc by slot " + "/".join(f"{a:.2f}" for a in rec["slot_acc"]))
         bar.update()
         if step % cfg.eval_every == 0 or step == cfg.steps:
-            tpf = heldout_tpf(target, drafter, heldout, cfg, drafter.cfg.mask_token_id, stop_ids) if heldout else None
+            config = DecodeConfig(method="dflash", block_size=cfg.block_size, max_new_tokens=cfg.eval_max_new_tokens)
+            tpf = (heldout_tpf(drafter, target, heldout, config, drafter.cfg.mask_token_id, stop_ids, drafter)
+                   if heldout else None)
             history[-1]["heldout_tpf"] = tpf
             _save(drafter, opt, out, cfg, step, history, base_model, base_sha256)
             bar.write(f"step {step}: checkpoint {out}, held-out dflash TPF {tpf if tpf is None else round(tpf, 3)}")

@@ -13,13 +13,13 @@ from safetensors.torch import load_file
 from tqdm import tqdm
 
 from .. import adapters, checkpoint
-from ..decoding import DecodeConfig, decode
+from ..decoding import DecodeConfig
 from ..errors import PardecError
 from .config import TrainConfig
 from .data import Example
 from .layout import sample_blocks
 from .objective import sequence_loss
-from .run_state import (adam_tensors, apply_update, read_history, restore_adam, resume_step, step_record,
+from .run_state import (adam_tensors, apply_update, heldout_tpf, read_history, restore_adam, resume_step, step_record,
                         step_stats, warmup_cosine, write_checkpoint)
 
 
@@ -37,15 +37,6 @@ def trainable_state(model, cfg: TrainConfig) -> dict[str, torch.Tensor]:
     if cfg.adapter == "full":
         return {n: p for n, p in model.named_parameters()}
     return adapters.adapter_state(model)
-
-
-@torch.no_grad()
-def heldout_tpf(model, prompts: list[list[int]], cfg: TrainConfig, mask_id: int, stop_ids) -> float:
-    model.eval()
-    res = decode(model, prompts, DecodeConfig(method="spec", block_size=max(2, cfg.block_size),
-                                              max_new_tokens=cfg.eval_max_new_tokens), mask_id, stop_ids)
-    model.train()
-    return sum(len(r.tokens) for r in res) / max(1, sum(r.forwards for r in res))
 
 
 def retrofit(model, mask_id: int, train: list[Example], heldout: list[list[int]], cfg: TrainConfig,
@@ -108,7 +99,9 @@ def retrofit(model, mask_id: int, train: list[Example], heldout: list[list[int]]
         bar.update()
         if step % cfg.eval_every == 0 or step == cfg.steps:
             if main:
-                tpf = heldout_tpf(model, heldout, cfg, mask_id, stop_ids) if heldout else None
+                config = DecodeConfig(method="spec", block_size=max(2, cfg.block_size),
+                                      max_new_tokens=cfg.eval_max_new_tokens)
+                tpf = heldout_tpf(model, model, heldout, config, mask_id, stop_ids) if heldout else None
                 history[-1]["heldout_tpf"] = tpf
                 _save(model, opt, out, cfg, step, history, base_model, base_sha256, mask_id, names)
                 bar.write(f"step {step}: checkpoint {out}, held-out spec TPF {tpf if tpf is None else round(tpf, 3)}")

@@ -13,6 +13,7 @@ from typing import Callable
 
 import torch
 
+from ..decoding import DecodeConfig, decode
 from ..errors import PardecError
 from .curves import plot_history
 
@@ -93,3 +94,14 @@ def write_checkpoint(out: str | Path, write: Callable[[Path], None], history: li
     if out.exists():
         shutil.rmtree(out)
     tmp.rename(out)
+
+
+@torch.no_grad()
+def heldout_tpf(trained: torch.nn.Module, target, prompts: list[list[int]], config: DecodeConfig, mask_id: int,
+                stop_ids, drafter=None) -> float:
+    """Tokens per target forward over held-out prompts, decoded with `config`; `trained` (the adapted
+    target or the drafter) is in eval mode meanwhile."""
+    trained.eval()
+    res = decode(target, prompts, config, mask_id, stop_ids, drafter=drafter)
+    trained.train()
+    return sum(len(r.tokens) for r in res) / max(1, sum(r.forwards for r in res))
