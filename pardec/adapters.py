@@ -77,10 +77,12 @@ class LoRALinear(nn.Module):
         s = self.gate.start
         if s is None:
             return torch.addcmul(y, self._update(x), self.gate.weight(x.dtype), value=self.scale)
-        update = self._update(x[:, s:]) * self.scale  # only the gated suffix
         if torch.is_grad_enabled():
-            return torch.cat([y[:, :s], y[:, s:] + update], 1)
-        y[:, s:] += update  # y is this call's own output
+            return torch.cat([y[:, :s], y[:, s:] + self._update(x[:, s:]) * self.scale], 1)
+        # Decoding: only the gated suffix, and one in-place add (y is this call's own output) that
+        # also scales and casts back to y's dtype: every small op counts, times ~170 layers.
+        a = self.lora_a
+        y[:, s:].add_(x[:, s:].to(a.dtype) @ a.T @ self.lora_b.T, alpha=self.scale)
         return y
 
 
