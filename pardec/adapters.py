@@ -36,21 +36,13 @@ class Gate:
     def __init__(self):
         self.on: torch.Tensor | None = None
         self.start: int | None = None
-        self._weights: dict[torch.dtype, torch.Tensor] = {}
 
     def set(self, on: torch.Tensor | None) -> None:
-        self.on, self.start, self._weights = on, None, {}
+        self.on, self.start = on, None
         if on is not None:
             first = int(on.any(0).nonzero()[0])
             if bool(on[:, first:].all()) and not bool(on[:, :first].any()):
                 self.start = first
-
-    def weight(self, dtype: torch.dtype) -> torch.Tensor:
-        """on as [B, Q, 1] in `dtype`, converted once per forward rather than once per wrapped layer
-        (about 170 layers in a 0.5B model: small ops that add up on CPU)."""
-        if dtype not in self._weights:
-            self._weights[dtype] = self.on[..., None].to(dtype)
-        return self._weights[dtype]
 
 
 class LoRALinear(nn.Module):
@@ -61,12 +53,15 @@ class LoRALinear(nn.Module):
         self.lora_b = nn.Parameter(torch.zeros(base.out_features, rank, dtype=dtype))
         nn.init.kaiming_uniform_(self.lora_a, a=math.sqrt(5))  # B = 0: starts as the identity update
 
-    def _update(self, x: torch.Tensor) -> torch.Tensor:
-        """The low-rank update in the adapter's dtype (float32 when decoding: on CPU these small bf16
-        matmuls are several times slower than float32 ones), returned in x's dtype. Under training's
-        bf16 autocast the matmuls run in bf16 anyway."""
+    def _low_rank(self, x: torch.Tensor) -> torch.Tensor:
+        """x A^T B^T, unscaled, in the adapter's dtype (float32 when decoding: on CPU these small bf16
+        matmuls are several times slower than float32 ones). Under training's bf16 autocast the
+        matmuls run in bf16 anyway."""
         a = self.lora_a
-        return (x.to(a.dtype) @ a.T @ self.lora_b.T).to(x.dtype)  # [B, Q, out]
+        return x.to(a.dtype) @ a.T @ self.lora_b.T  # [B, Q, out]
+
+    def _update(self, x: torch.Tensor) -> torch.Tensor:
+        return self._low_rank(x).to(x.dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [B, Q, in]
         y = self.base(x)
@@ -76,13 +71,12 @@ class LoRALinear(nn.Module):
             return y
         s = self.gate.start
         if s is None:
-            return torch.addcmul(y, self._update(x), self.gate.weight(x.dtype), value=self.scale)
+            return torch.addcmul(y, self._update(x), self.gate.on[..., None].to(x.dtype), value=self.scale)
         if torch.is_grad_enabled():
             return torch.cat([y[:, :s], y[:, s:] + self._update(x[:, s:]) * self.scale], 1)
         # Decoding: only the gated suffix, and one in-place add (y is this call's own output) that
         # also scales and casts back to y's dtype: every small op counts, times ~170 layers.
-        a = self.lora_a
-        y[:, s:].add_(x[:, s:].to(a.dtype) @ a.T @ self.lora_b.T, alpha=self.scale)
+        y[:, s:].add_(self._low_rank(x[:, s:]), alpha=self.scale)
         return y
 
 

@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
 from tqdm import tqdm
 
 from .. import adapters, checkpoint
@@ -132,19 +131,22 @@ def _init_from(model, cfg: TrainConfig, base_model: str, mask_id: int) -> None:
     if settings.adapter != cfg.adapter or theirs != lora:
         raise PardecError(f"cannot start from '{path}': it is a {settings.adapter} checkpoint {theirs or ''}, "
                           f"this run trains {cfg.adapter} {lora or ''}")
-    tensors = checkpoint.read_weights(path)
-    with torch.no_grad():
-        for n, p in trainable_state(model, cfg).items():
-            if n not in tensors or tensors[n].shape != p.shape:
-                raise PardecError(f"checkpoint '{path}' does not fit this run (tensor '{n}')")
-            p.copy_(tensors[n])
+    _load_trainable(model, cfg, path)
 
 
 def _resume(model, opt, path, cfg: TrainConfig, names) -> tuple[int, list[dict]]:
     step = resume_step(checkpoint.read_settings(path).training, cfg)
-    tensors = load_file(str(Path(path) / checkpoint.WEIGHTS))
-    with torch.no_grad():
-        for n, p in trainable_state(model, cfg).items():
-            p.copy_(tensors[n])
+    tensors = _load_trainable(model, cfg, path)
     restore_adam(opt, names, tensors, step)
     return step, read_history(path)
+
+
+@torch.no_grad()
+def _load_trainable(model, cfg: TrainConfig, path) -> dict[str, torch.Tensor]:
+    """Copy a checkpoint's weights into the trained parameters; returns all its tensors."""
+    tensors = checkpoint.read_weights(path)
+    for n, p in trainable_state(model, cfg).items():
+        if n not in tensors or tensors[n].shape != p.shape:
+            raise PardecError(f"checkpoint '{path}' does not fit this run (tensor '{n}')")
+        p.copy_(tensors[n])
+    return tensors
