@@ -1,6 +1,6 @@
 # Held-out spec TPF of adapters on the same 6 held-out prompts (the last 3 of each distilled file,
 # as `pardec retrofit --heldout 6` holds them out), 96 new tokens, bf16.
-# Usage: python benchmarks/heldout_compare.py ADAPTER:D:DRAFT_BLOCKS [...]
+# Usage: python benchmarks/heldout_compare.py ADAPTER:D:DRAFT_BLOCKS[:BLOCK_AT] [...]
 import sys
 
 import torch
@@ -11,11 +11,15 @@ from pardec.training.data import read_pairs, split_heldout
 
 files = ["data/distill-qwen2.5-coder-0.5b.jsonl", "data/distill-qwen2.5-coder-0.5b-chat.jsonl"]
 _, held = split_heldout([read_pairs(f) for f in files], files, 6)
+loaded = {}
 for arg in sys.argv[1:]:
-    adapter, D, db = arg.rsplit(":", 2)
-    model, tok, mask_id = load_model("qwen2.5-coder-0.5b", torch.bfloat16, adapter)
+    adapter, D, db, *at = arg.split(":")
+    if adapter not in loaded:
+        loaded = {adapter: load_model("qwen2.5-coder-0.5b", torch.bfloat16, adapter)}
+    model, tok, mask_id = loaded[adapter]
     prompts = [encode_prompt(tok, r["prompt"]) for r in held]
-    config = DecodeConfig(method="spec", block_size=int(D), draft_blocks=int(db), max_new_tokens=96)
+    config = DecodeConfig(method="spec", block_size=int(D), draft_blocks=int(db),
+                          block_at=int(at[0]) if at else None, max_new_tokens=96)
     res = decode(model, prompts, config, mask_id, stop_token_ids(model, tok))
     def tpf(rs):
         return sum(len(r.tokens) for r in rs) / sum(r.forwards for r in rs)

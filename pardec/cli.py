@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 from .errors import PardecError
+from .training.sources import BUILTIN
 
 DTYPES = ("float32", "bfloat16")
 
@@ -68,6 +69,9 @@ def _add_decode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-blocks", type=int, default=d.draft_blocks,
                    help="spec: blocks fed per forward, one per likely acceptance length (more drafts after "
                         f"a rejection, longer forwards; default {d.draft_blocks})")
+    p.add_argument("--block-at", type=int, default=d.block_at,
+                   help="spec: feed the block after at most this many drafts, so that it still yields drafts "
+                        "after a partial acceptance (default: after all drafts)")
     p.add_argument("--gamma", type=float, default=d.gamma, help=f"eb: entropy budget in nats per forward (default {d.gamma})")
     p.add_argument("--temperature", type=float, default=d.temperature, help="0 = greedy (default)")
     p.add_argument("--top-p", type=float, default=d.top_p, help="nucleus sampling mass (default 1.0)")
@@ -126,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "Resumable; prompts overlapping HumanEval, GSM8K or MT-bench are left out.")
     _add_model_args(d)
     d.add_argument("--prompts", default="builtin:code,builtin:sharegpt",
-                   help="comma list of sources: builtin:code, builtin:sharegpt, builtin:chat, or JSONL files with a 'prompt' field")
+                   help="comma list of sources: " + ", ".join(BUILTIN) + ", or JSONL files with a 'prompt' field")
     d.add_argument("--out", required=True, help="output JSONL (appended to; existing ids are skipped)")
     d.add_argument("--limit", type=int, default=None, help="at most this many prompts")
     d.add_argument("--max-new-tokens", type=int, default=256)
@@ -220,7 +224,7 @@ def _generate(args) -> None:
     def make_config(block_size):
         return DecodeConfig(
             method=args.method, block_size=_default_block_size(args) if block_size is None else block_size, threshold=args.threshold,
-            confidence=args.confidence, gamma=args.gamma, draft_blocks=args.draft_blocks,
+            confidence=args.confidence, gamma=args.gamma, draft_blocks=args.draft_blocks, block_at=args.block_at,
             temperature=args.temperature, top_p=args.top_p, seed=args.seed, max_new_tokens=args.max_new_tokens,
             stop=tuple(args.stop),
         )

@@ -51,6 +51,7 @@ def test_generate_streams_the_same_text_as_json(tiny_dir, capsys):
         (["--temperature", "-1"], "temperature"),
         (["--top-p", "0"], "top-p"),
         (["--max-new-tokens", "0"], "max new tokens"),
+        (["--block-at", "-1"], "block_at must be an integer >= 0"),
     ],
 )
 def test_bad_parameters_give_one_line_errors(tiny_dir, capsys, args, message):

@@ -6,6 +6,7 @@ import torch
 from pardec.decoding import DecodeConfig, decode
 from pardec.decoding import engine as engine_mod
 from pardec.decoding.policies import POLICIES, Speculative
+from pardec.decoding.state import Row
 from tiny import tiny_model
 
 PROMPTS = [[1, 2, 3, 4, 5], [7, 8, 9], [10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20]]
@@ -36,12 +37,14 @@ def test_ar_greedy_equals_transformers_generate(tiny):
         assert got.forwards == N and got.accepted_per_step == [1] * N
 
 
-@pytest.mark.parametrize("block_size,draft_blocks", [(2, 1), (4, 1), (7, 1), (2, 2), (4, 3), (7, 7)])
-def test_spec_greedy_equals_ar(tiny, block_size, draft_blocks):
+@pytest.mark.parametrize("block_size,draft_blocks,block_at", [
+    (2, 1, None), (4, 1, None), (7, 1, None), (2, 2, None), (4, 3, None), (7, 7, None), (4, 1, 0), (7, 1, 2), (7, 3, 1)])
+def test_spec_greedy_equals_ar(tiny, block_size, draft_blocks, block_at):
     model, mask_id = tiny
     for prompt in PROMPTS:
         ar = run(model, mask_id, [prompt], method="ar")[0]
-        spec = run(model, mask_id, [prompt], method="spec", block_size=block_size, draft_blocks=draft_blocks)[0]
+        spec = run(model, mask_id, [prompt], method="spec", block_size=block_size, draft_blocks=draft_blocks,
+                   block_at=block_at)[0]
         assert spec.tokens == ar.tokens
         assert sum(spec.accepted_per_step) == N and spec.forwards == len(spec.accepted_per_step)
         assert max(spec.accepted_per_step) <= block_size
@@ -82,6 +85,37 @@ def test_spec_greedy_equals_ar_with_oracle_and_wrong_drafts(tiny, monkeypatch):
         forwards[draft_blocks] = spec.forwards
     # Blocks for more acceptance lengths: no step without drafts after a rejection, so fewer forwards.
     assert max(forwards[2], forwards[4]) < forwards[1] < ar.forwards
+    for block_at in (0, 1):
+        spec = run(model, mask_id, [prompt], method="spec", block_size=4, block_at=block_at, max_new_tokens=40)[0]
+        assert spec.tokens == ar.tokens
+        assert spec.forwards <= forwards[1]
+
+
+def one_hot_logits(ids, V=16):
+    out = torch.full((len(ids), V), -10.0)
+    out[torch.arange(len(ids)), torch.tensor(ids)] = 10.0
+    return out
+
+
+@pytest.mark.parametrize("block_at,accepted,drafts", [
+    (None, 3, [21, 22, 23]),  # block after all 3 drafts, all accepted: its slots 1..3
+    (None, 1, []),  # a rejection: that block saw a wrong draft, so no drafts
+    (0, 1, [22, 23]),  # block after 0 drafts: slots 0-1 are now committed text, 2-3 draft
+    (1, 1, [21, 22, 23]),
+    (1, 0, []),  # fewer accepted than the block assumed
+])
+def test_spec_takes_next_drafts_from_the_block_started_at_or_before_the_accepted_end(block_at, accepted, drafts):
+    V, mask_id = 32, 31
+    policy = Speculative(DecodeConfig(method="spec", block_size=4, block_at=block_at), mask_id, None)
+    row = Row(index=0, committed=[5], n_prompt=1, budget=100, drafts=[1, 2, 3])
+    [(back, _)] = policy.blocks(row)
+    assert back == 3 - (3 if block_at is None else block_at)
+    target = [1, 2, 3, 9][:accepted] + [7]  # the target's tokens after 5, 1, 2, 3: reject at `accepted`
+    ntp = one_hot_logits(target + [0] * (4 - len(target)), V)  # [4, V] at 5, d1, d2, d3
+    block = one_hot_logits([20, 21, 22, 23], V)  # [D, V]: slot j of the fed block predicts 20 + j
+    upd = policy.update(row, ntp, block)
+    assert upd.commit == target[: accepted + 1] and upd.keep_drafts == accepted
+    assert row.drafts == drafts
 
 
 def test_spec_with_all_wrong_drafts_still_equals_ar(tiny, monkeypatch):

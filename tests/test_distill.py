@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import torch
 
 from pardec import load_model
@@ -33,12 +34,22 @@ def test_code_prompts_come_from_the_standard_library():
     assert all(p["prompt"].startswith("Write a Python function `") for p in prompts)
 
 
-def test_chat_prompts_are_distinct_and_clear_of_the_benchmarks():
-    prompts = read_prompt_source("builtin:chat")
+@pytest.mark.parametrize("source", ["builtin:chat", "builtin:code-methods", "builtin:code-tasks"])
+def test_generated_prompts_are_distinct_and_clear_of_the_benchmarks(source):
+    prompts = read_prompt_source(source)
     texts = [p["prompt"] for p in prompts]
     assert len(texts) >= 400 and len(set(texts)) == len(texts) and len({p["id"] for p in prompts}) == len(prompts)
     f = ContaminationFilter.from_benchmarks()
     assert sum(map(f, texts)) <= len(texts) // 50  # at most a few overlap MT-bench/GSM8K/HumanEval
+
+
+def test_method_prompts_do_not_repeat_the_function_prompts():
+    """Each source adds text of its own: no docstring summary is asked for twice."""
+    def summaries(prompts):
+        return {p["prompt"].split("What it should do: ", 1)[1].split("\n", 1)[0] for p in prompts}
+    methods = read_prompt_source("builtin:code-methods")
+    assert any(p["id"] == "method/builtins.str.title" for p in methods)
+    assert not summaries(methods) & summaries(code_prompts())
 
 
 def test_the_packaged_sharegpt_file_is_identity_questions_only():

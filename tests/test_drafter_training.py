@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 from pardec.decoding import DecodeConfig, decode
 from pardec.dflash import Drafter, DrafterConfig
@@ -94,6 +94,14 @@ def test_resume_matches_an_uninterrupted_run(setup, tmp_path):
     with pytest.raises(PardecError, match="settings differ"):
         train_drafter(model, new_drafter(dcfg), data, features, [], cfg(steps=6, lr=1.0), tmp_path / "d", "tiny",
                       None, resume=tmp_path / "b", progress=False)
+    # A checkpoint that lost a tensor is refused by name, not with a KeyError.
+    weights = tmp_path / "b" / dcheckpoint.WEIGHTS
+    tensors = load_file(str(weights))
+    del tensors["fc.weight"]
+    save_file(tensors, str(weights))
+    with pytest.raises(PardecError, match="'fc.weight' is missing"):
+        train_drafter(model, new_drafter(dcfg), data, features, [], c, tmp_path / "e", "tiny", None,
+                      resume=tmp_path / "b", progress=False)
 
 
 def test_exports(setup, tmp_path):

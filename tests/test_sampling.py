@@ -15,20 +15,20 @@ PROMPT = [1, 2, 3]
 T = 3  # tokens per sample: the joint distribution of 3 tokens has 64 cells
 
 
-def exact_joint(model, temperature, top_p):
-    """P(x1, x2, x3 | prompt) under plain AR sampling, by enumeration."""
+def exact_joint(model, temperature, top_p, t=T):
+    """P(x1, ..., xt | prompt) under plain AR sampling, by enumeration."""
     probs = {}
     with torch.no_grad():
-        for seq in itertools.product(range(VOCAB), repeat=T):
+        for seq in itertools.product(range(VOCAB), repeat=t):
             ids = torch.tensor([PROMPT + list(seq)])
             logits = model(ids).logits[0, len(PROMPT) - 1 : -1, :VOCAB]  # mask id excluded
             dist = sampling.distribution(logits, temperature, top_p)
-            probs[seq] = float(torch.prod(dist[torch.arange(T), torch.tensor(seq)]))
+            probs[seq] = float(torch.prod(dist[torch.arange(t), torch.tensor(seq)]))
     return probs
 
 
-def sample_counts(model, mask_id, n, drafter=None, **kw):
-    outs = decode(model, [PROMPT] * n, DecodeConfig(max_new_tokens=T, **kw), mask_id, drafter=drafter)
+def sample_counts(model, mask_id, n, drafter=None, t=T, **kw):
+    outs = decode(model, [PROMPT] * n, DecodeConfig(max_new_tokens=t, **kw), mask_id, drafter=drafter)
     counts = {}
     for o in outs:
         counts[tuple(o.tokens)] = counts.get(tuple(o.tokens), 0) + 1
@@ -55,17 +55,19 @@ def small_vocab_model():
     return model, mask_id
 
 
-@pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.7, 0.9)])
-def test_spec_sampling_matches_the_target_distribution(small_vocab_model, temperature, top_p):
+@pytest.mark.parametrize("temperature,top_p,block_at,t", [(1.0, 1.0, None, 3), (0.7, 0.9, None, 3), (1.0, 1.0, 0, 4)])
+def test_spec_sampling_matches_the_target_distribution(small_vocab_model, temperature, top_p, block_at, t):
+    """block_at 0: after a partial acceptance the next drafts are a block's later slots (verified
+    only from the 4th token on, hence t = 4)."""
     model, mask_id = small_vocab_model
-    n = 3000
-    probs = exact_joint(model, temperature, top_p)
-    counts, outs = sample_counts(model, mask_id, n, method="spec", block_size=3,
+    n = 3000 if t == 3 else 6000
+    probs = exact_joint(model, temperature, top_p, t)
+    counts, outs = sample_counts(model, mask_id, n, t=t, method="spec", block_size=3, block_at=block_at,
                                  temperature=temperature, top_p=top_p, seed=1)
     steps = [s for o in outs for s in o.accepted_per_step]
     assert any(s > 1 for s in steps) and any(s == 1 for s in steps[1::2])  # accepts and rejects happen
     assert chi2_pvalue(counts, probs, n) > 1e-3
-    ar_counts, _ = sample_counts(model, mask_id, n, method="ar", temperature=temperature, top_p=top_p, seed=2)
+    ar_counts, _ = sample_counts(model, mask_id, n, t=t, method="ar", temperature=temperature, top_p=top_p, seed=2)
     assert chi2_pvalue(ar_counts, probs, n) > 1e-3
 
 

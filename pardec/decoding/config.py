@@ -18,6 +18,7 @@ class DecodeConfig:
     confidence: str = "prob"  # threshold: "prob" (max probability) or "entropy" (1 - H / log V)
     gamma: float = 0.5  # eb: entropy budget (nats) per forward
     draft_blocks: int = 1  # spec: blocks fed per forward, for that many possible acceptance lengths
+    block_at: int | None = None  # spec: feed the block after at most this many drafts (None: after all)
     temperature: float = 0.0  # 0 = greedy
     top_p: float = 1.0
     seed: int | None = None
@@ -35,6 +36,8 @@ class DecodeConfig:
             raise PardecError(f"threshold must lie in [0, 1], got {self.threshold}")
         if not isinstance(self.draft_blocks, int) or not 1 <= self.draft_blocks <= self.block_size:
             raise PardecError(f"draft blocks must lie in [1, block size], got {self.draft_blocks}")
+        if self.block_at is not None and (not isinstance(self.block_at, int) or self.block_at < 0):
+            raise PardecError(f"block_at must be an integer >= 0 (or unset), got {self.block_at}")
         if self.confidence not in ("prob", "entropy"):
             raise PardecError(f"confidence must be 'prob' or 'entropy', got '{self.confidence}'")
         if self.gamma < 0:

@@ -132,34 +132,39 @@ class Speculative(Verifier):
     verified by that forward's NTP logits, which at the same time predict the next block.
 
     Which block drafts next depends on how many drafts get accepted, unknown until the forward is
-    done. With `draft_blocks` = 1 the one block sits after all drafts (useful if all are accepted);
-    more blocks also sit after 0, 1, ... accepted drafts, so a rejection still leaves fresh drafts.
+    done. A block fed after L of the m drafts serves every acceptance length n >= L: its slots up to
+    the bonus position are now committed text, and the slots after it are the next drafts. With
+    `block_at` = None the block sits after all m drafts (most drafts if all are accepted, none after
+    any rejection); a small `block_at` keeps drafts coming after partial acceptances, with fewer of
+    them. More `draft_blocks` also sit after 0, 1, ... drafts.
     """
 
-    def _accept_lengths(self, m: int) -> list[int]:
-        """Acceptance lengths n to feed a block for: all accepted first, then 0, 1, ...; repeated to
-        the fixed count so every row feeds the same number of blocks."""
-        ns = [m] + list(range(m))[: self.cfg.draft_blocks - 1]
-        return ns + [m] * (self.cfg.draft_blocks - len(ns))
+    def _block_lengths(self, m: int) -> list[int]:
+        """Numbers of drafts to feed a block after: the first block's, then 0, 1, ...; repeated to the
+        fixed count so every row feeds the same number of blocks."""
+        first = m if self.cfg.block_at is None else min(m, self.cfg.block_at)
+        ns = [first] + [n for n in range(m) if n != first][: self.cfg.draft_blocks - 1]
+        return ns + [first] * (self.cfg.draft_blocks - len(ns))
 
     def blocks(self, row):
         m = len(row.drafts)
         masks = [self.mask_id] * self.cfg.block_size
-        return [(m - n, masks) for n in self._accept_lengths(m)]
+        return [(m - n, masks) for n in self._block_lengths(m)]
 
     def update(self, row, ntp, block):
-        m = len(row.drafts)
-        greedy = self.cfg.temperature == 0
         n, commit = self.verify(row, ntp)
-        lengths = self._accept_lengths(m)
-        if n in lengths:
-            # That block starts at the bonus position: slot 0 is the bonus, slots 1.. follow it.
-            D = self.cfg.block_size
-            k = lengths.index(n)
-            tokens, probs = self._choose(block[k * D + 1 : (k + 1) * D])
-            row.drafts, row.draft_probs = tokens.tolist(), (None if greedy else probs)
+        lengths = self._block_lengths(len(row.drafts))
+        L = max((x for x in lengths if x <= n), default=None)
+        D = self.cfg.block_size
+        # Slot j of the block after L drafts sits where draft L + 1 + j did; the bonus sits at draft
+        # position n + 1, so the slots after n - L are the next drafts.
+        first = 1 + n - L if L is not None else D
+        if first < D:
+            k = lengths.index(L)
+            tokens, probs = self._choose(block[k * D + first : (k + 1) * D])
+            row.drafts, row.draft_probs = tokens.tolist(), (None if self.cfg.temperature == 0 else probs)
         else:
-            # No block was fed after this prefix: the next forward drafts afresh.
+            # No block was fed early enough: the next forward drafts afresh.
             row.drafts, row.draft_probs = [], None
         return Update(commit=commit, keep_drafts=n)
 

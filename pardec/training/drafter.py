@@ -234,6 +234,8 @@ def _resume(drafter, opt, path, cfg: DrafterTrainConfig) -> tuple[int, list[dict
         for n, p in drafter.state_dict().items():
             if n == "draft_vocab" and n not in tensors:
                 continue  # a checkpoint from before draft vocabularies: keep the one chosen from the data
+            if n not in tensors or tensors[n].shape != p.shape:
+                raise PardecError(f"cannot resume from '{path}': tensor '{n}' is missing or has another shape")
             p.copy_(tensors[n])
     restore_adam(opt, {id(p): n for n, p in drafter.named_parameters()}, tensors, step)
     return step, read_history(path)

@@ -5,7 +5,9 @@ Built-in, offline sources:
   (FastChat's dummy file: only 52 distinct identity questions such as "Who are you?");
 - `builtin:chat`: general requests (explain, tips, blog post, dialogue, poem, ...) about everyday subjects;
 - `builtin:code`: code-writing requests built from the signatures and docstrings of the standard
-  library's public functions.
+  library's public functions;
+- `builtin:code-methods`: the same for the methods of builtin types and of those modules' classes;
+- `builtin:code-tasks`: common programming tasks x kinds of request (write, test, explain, optimise).
 No item of HumanEval, GSM8K or the MT-bench questions may enter training data: `ContaminationFilter`
 drops prompts that share a long word n-gram with any of them (or contain a short one whole).
 """
@@ -47,7 +49,15 @@ def sharegpt_prompts() -> list[dict]:
     return out
 
 
-def code_prompts() -> list[dict]:
+def _summary(obj) -> str:
+    """The first paragraph of obj's docstring, on one line."""
+    doc = inspect.getdoc(obj) or ""
+    return doc.strip().split("\n\n")[0].replace("\n", " ").strip()
+
+
+def _function_entries() -> list[tuple[str, str, str, str]]:
+    """(module, name, signature, summary) of the documented public functions of STDLIB_MODULES,
+    one per distinct summary."""
     out, seen = [], set()
     for mod_name in STDLIB_MODULES:
         try:
@@ -57,8 +67,7 @@ def code_prompts() -> list[dict]:
         for name, fn in sorted(vars(mod).items()):
             if name.startswith("_") or not (inspect.isfunction(fn) or inspect.isbuiltin(fn)):
                 continue
-            doc = inspect.getdoc(fn) or ""
-            summary = doc.strip().split("\n\n")[0].replace("\n", " ").strip()
+            summary = _summary(fn)
             if len(summary) < 20 or summary in seen:
                 continue
             seen.add(summary)
@@ -66,12 +75,92 @@ def code_prompts() -> list[dict]:
                 sig = str(inspect.signature(fn))
             except (TypeError, ValueError):
                 continue
+            out.append((mod_name, name, sig, summary))
+    return out
+
+
+def code_prompts() -> list[dict]:
+    return [{
+        "id": f"code/{mod_name}.{name}",
+        "prompt": f"Write a Python function `{name}{sig}` from scratch, without importing "
+                  f"`{mod_name}`. What it should do: {summary}\nInclude a docstring and a short example.",
+    } for mod_name, name, sig, summary in _function_entries()]
+
+
+def method_prompts() -> list[dict]:
+    """Methods of the builtin container types and of the public classes of STDLIB_MODULES, each
+    asked for as a standalone function (documented ones only; summaries already used by
+    `code_prompts` are skipped, so the two sources do not overlap)."""
+    seen = {summary for *_, summary in _function_entries()}
+    classes = [("builtins", c) for c in (str, bytes, bytearray, list, dict, set, frozenset, int, float)]
+    for mod_name in STDLIB_MODULES:
+        try:
+            mod = importlib.import_module(mod_name)
+        except Exception:
+            continue
+        classes += [(mod_name, c) for name, c in sorted(vars(mod).items())
+                    if not name.startswith("_") and inspect.isclass(c) and getattr(c, "__module__", "") == mod.__name__]
+    out = []
+    for mod_name, cls in classes:
+        for name, fn in sorted(vars(cls).items()):
+            if name.startswith("_") or not callable(fn):
+                continue
+            summary = _summary(fn)
+            if len(summary) < 20 or summary in seen:
+                continue
+            seen.add(summary)
+            where = "" if mod_name == "builtins" else f" from `{mod_name}`"
             out.append({
-                "id": f"code/{mod_name}.{name}",
-                "prompt": f"Write a Python function `{name}{sig}` from scratch, without importing "
-                          f"`{mod_name}`. What it should do: {summary}\nInclude a docstring and a short example.",
+                "id": f"method/{mod_name}.{cls.__name__}.{name}",
+                "prompt": f"Implement what `{cls.__name__}.{name}`{where} does as a standalone Python function "
+                          f"that takes the object's data as its first argument. What it should do: {summary}\n"
+                          f"Explain the approach in two sentences, then give the code.",
             })
     return out
+
+
+# Programming tasks x kinds of request, for code text beyond the standard library's own functions.
+CODE_TASKS = (
+    "reverse the words of a sentence", "merge two sorted lists", "find the k most frequent words in a text",
+    "check whether brackets in a string are balanced", "flatten a nested list", "rotate a matrix by 90 degrees",
+    "compute the edit distance between two strings", "find all anagram groups in a list of words",
+    "implement a least-recently-used cache", "parse a simple arithmetic expression",
+    "convert a Roman numeral to an integer", "run-length encode a string", "find the longest common prefix",
+    "compute a moving average over a stream", "detect a cycle in a linked list", "implement binary search",
+    "topologically sort a dependency graph", "find the shortest path in a grid with obstacles",
+    "implement a trie with insert and prefix search", "split a list into chunks of size n",
+    "validate an email address without regular expressions", "merge overlapping intervals",
+    "compute the median of two sorted arrays", "generate all permutations of a list", "implement quicksort",
+    "count islands in a 0/1 grid", "serialise a binary tree to a string and back", "implement a min-heap",
+    "find the longest increasing subsequence", "rate-limit function calls with a token bucket",
+    "read a CSV file and sum a column", "group records by a key and count them", "deduplicate a list keeping order",
+    "convert between snake_case and camelCase", "pretty-print a table of rows", "retry a function with backoff",
+    "memoise a recursive function", "implement a simple event emitter", "compute prime numbers with a sieve",
+    "evaluate a postfix expression", "find the majority element of a list", "implement a bounded queue",
+    "compute the power set of a set", "check whether a number is a perfect square without floats",
+    "format a duration in seconds as h:mm:ss", "parse query parameters from a URL", "implement a stack-based undo",
+    "find the second largest value in a list", "transpose a list of dictionaries into columns",
+    "compute word frequencies while ignoring punctuation", "implement depth-first and breadth-first search",
+    "simulate a bank account with deposits and withdrawals", "implement matrix multiplication",
+    "validate a Sudoku board", "compress consecutive duplicates in a list", "implement a simple tokenizer",
+    "compute the greatest common divisor of many numbers", "build an inverted index of documents",
+    "schedule tasks by priority", "detect whether two rectangles overlap",
+)
+CODE_REQUESTS = (
+    "Write a Python function to {t}. Include type hints and a docstring.",
+    "Show how to {t} in Python, then explain its time complexity.",
+    "Write pytest unit tests for a Python function that should {t}, including edge cases.",
+    "Write a small Python class that can {t}, with a usage example.",
+    "Explain step by step how to {t}, then give a clean Python implementation.",
+    "Write an idiomatic, well-commented Python solution to {t} using only the standard library.",
+    "Here is my task: {t}. Give a first simple Python version, then an optimised one.",
+    "Write a Python command-line script that can {t}, reading its input from standard input.",
+)
+
+
+def code_task_prompts() -> list[dict]:
+    return [{"id": f"task/{i}-{j}", "prompt": req.format(t=task)}
+            for i, task in enumerate(CODE_TASKS) for j, req in enumerate(CODE_REQUESTS)]
 
 
 # General chat prompts: everyday subjects x kinds of request. The "500 ShareGPT conversations" of
@@ -112,17 +201,24 @@ def chat_prompts() -> list[dict]:
             for i, subject in enumerate(CHAT_SUBJECTS) for j, req in enumerate(CHAT_REQUESTS)]
 
 
+BUILTIN = ("builtin:code", "builtin:code-methods", "builtin:code-tasks", "builtin:chat", "builtin:sharegpt")
+
+
 def read_prompt_source(spec: str) -> list[dict]:
-    """`builtin:sharegpt`, `builtin:code`, or a JSONL path ({"prompt", optional "id"} per line)."""
+    """One of BUILTIN, or a JSONL path ({"prompt", optional "id"} per line)."""
     if spec == "builtin:sharegpt":
         return sharegpt_prompts()
     if spec == "builtin:code":
         return code_prompts()
     if spec == "builtin:chat":
         return chat_prompts()
+    if spec == "builtin:code-methods":
+        return method_prompts()
+    if spec == "builtin:code-tasks":
+        return code_task_prompts()
     path = Path(spec)
     if not path.is_file():
-        raise PardecError(f"unknown prompt source '{spec}': builtin:sharegpt, builtin:code, builtin:chat or a JSONL file")
+        raise PardecError(f"unknown prompt source '{spec}': one of {', '.join(BUILTIN)} or a JSONL file")
     return [{"id": str(row.get("id", f"{path.name}/{n}")), "prompt": row["prompt"]}
             for n, row in enumerate(read_jsonl(path, ("prompt",)), 1)]
 
