@@ -1,6 +1,6 @@
 # Held-out spec TPF of adapters on the same 6 held-out prompts (the last 3 of each distilled file,
 # as `pardec retrofit --heldout 6` holds them out), 96 new tokens, bf16.
-# Usage: python benchmarks/heldout_compare.py ADAPTER:D:DRAFT_BLOCKS[:BLOCK_AT] [...]
+# Usage: python benchmarks/heldout_compare.py ADAPTER:D:DRAFT_BLOCKS[:BLOCK_AT] [...]  (no BLOCK_AT: after all drafts)
 import sys
 
 import torch

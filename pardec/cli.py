@@ -70,8 +70,9 @@ def _add_decode_args(p: argparse.ArgumentParser) -> None:
                    help="spec: blocks fed per forward, one per likely acceptance length (more drafts after "
                         f"a rejection, longer forwards; default {d.draft_blocks})")
     p.add_argument("--block-at", type=int, default=d.block_at,
-                   help="spec: feed the block after at most this many drafts, so that it still yields drafts "
-                        "after a partial acceptance (default: after all drafts)")
+                   help="spec: feed the block after at most this many drafts; it yields the next drafts after "
+                        f"any acceptance at least that long (default {d.block_at}: always; D - 1 or more: only "
+                        "after all drafts are accepted, with the most drafts)")
     p.add_argument("--gamma", type=float, default=d.gamma, help=f"eb: entropy budget in nats per forward (default {d.gamma})")
     p.add_argument("--temperature", type=float, default=d.temperature, help="0 = greedy (default)")
     p.add_argument("--top-p", type=float, default=d.top_p, help="nucleus sampling mass (default 1.0)")

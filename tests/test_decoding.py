@@ -78,7 +78,7 @@ def test_spec_greedy_equals_ar_with_oracle_and_wrong_drafts(tiny, monkeypatch):
     forwards = {}
     for draft_blocks in (1, 2, 4):
         spec = run(model, mask_id, [prompt], method="spec", block_size=4, draft_blocks=draft_blocks,
-                   max_new_tokens=40)[0]
+                   block_at=None, max_new_tokens=40)[0]
         assert spec.tokens == ar.tokens
         steps = spec.accepted_per_step
         assert max(steps) == 4 and any(1 < s < 4 for s in steps), steps  # full and partial acceptance

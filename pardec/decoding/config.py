@@ -18,7 +18,7 @@ class DecodeConfig:
     confidence: str = "prob"  # threshold: "prob" (max probability) or "entropy" (1 - H / log V)
     gamma: float = 0.5  # eb: entropy budget (nats) per forward
     draft_blocks: int = 1  # spec: blocks fed per forward, for that many possible acceptance lengths
-    block_at: int | None = None  # spec: feed the block after at most this many drafts (None: after all)
+    block_at: int | None = 0  # spec: feed the block after at most this many drafts (None: after all)
     temperature: float = 0.0  # 0 = greedy
     top_p: float = 1.0
     seed: int | None = None

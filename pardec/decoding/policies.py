@@ -134,9 +134,9 @@ class Speculative(Verifier):
     Which block drafts next depends on how many drafts get accepted, unknown until the forward is
     done. A block fed after L of the m drafts serves every acceptance length n >= L: its slots up to
     the bonus position are now committed text, and the slots after it are the next drafts. With
-    `block_at` = None the block sits after all m drafts (most drafts if all are accepted, none after
-    any rejection); a small `block_at` keeps drafts coming after partial acceptances, with fewer of
-    them. More `draft_blocks` also sit after 0, 1, ... drafts.
+    `block_at` = 0 (the default) the block sits before the drafts, so every forward yields drafts;
+    with `block_at` = None it sits after all m drafts (the most drafts if all are accepted, none
+    after any rejection). More `draft_blocks` also sit after 0, 1, ... drafts.
     """
 
     def _block_lengths(self, m: int) -> list[int]:
