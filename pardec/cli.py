@@ -125,6 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
                         f"{DecodeConfig.block_size}; dflash: the drafter's, unless dflash@block_size=N)")
     b.add_argument("--no-chat", action="store_true")
     b.add_argument("--out", default="bench-out", help="output folder (default bench-out)")
+    b.add_argument("--resume", action="store_true",
+                   help="continue a stopped run in --out: runs logged in OUT/progress.jsonl are reused, not "
+                        "rerun; with fewer prompts (--task, --limit) it just tables the runs already made")
 
     d = sub.add_parser("distill", help="have the base model answer prompts: training data for retrofit",
                        description="Generate self-distilled training data (JSONL: id, prompt, response). "
@@ -273,7 +276,7 @@ def _bench(args) -> None:
     import dataclasses
 
     from .api import load_drafter, load_model
-    from .bench.runner import parse_methods, run_bench, write
+    from .bench.runner import parse_methods, read_log, run_bench, write
     from .bench.tasks import load_tasks
     from .decoding import DecodeConfig
 
@@ -303,9 +306,15 @@ def _bench(args) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     progress = out / "progress.jsonl"
-    progress.unlink(missing_ok=True)
+    done = {}
+    if args.resume:
+        if not progress.is_file():
+            raise PardecError(f"nothing to resume: {progress} does not exist")
+        done = read_log(progress)
+    else:
+        progress.unlink(missing_ok=True)
     result = run_bench(model, tok, mask_id, items, specs, args.task, nll_model, chat=not args.no_chat,
-                       drafter=drafter, log=progress)
+                       drafter=drafter, log=progress, done=done)
     command = "pardec " + " ".join(shlex.quote(a) for a in args.argv)
     write(result, out, command)
     progress.unlink()  # samples.jsonl now holds every run

@@ -83,3 +83,37 @@ def test_bench_over_several_tasks_reports_each_task_and_all(tiny_dir, tmp_path):
     assert "### a (2 prompts)" in table and "### b (2 prompts)" in table and "### all tasks (4 prompts" in table
     single = run_bench(model, tok, mask_id, [dataclasses.replace(items[0], task="jsonl")], specs, "jsonl", progress=False)
     assert single["by_task"] == {} and "###" not in markdown_table(single)
+
+
+def test_a_stopped_bench_resumes_without_rerunning_what_it_logged(tiny_dir, tmp_path, capsys, monkeypatch):
+    from pardec.bench import runner
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ["hello world", "the cat sat", "one two"]))
+    out = tmp_path / "out"
+    args = ["bench", "--model", tiny_dir, "--dtype", "float32", "--task", f"jsonl:{prompts}",
+            "--methods", "ar,spec@block_size=3", "--max-new-tokens", "6", "--out", str(out)]
+    real_decode, calls = runner.decode, []
+
+    def stop_after_three_runs(model, prompts, config, *a, **kw):
+        if config.max_new_tokens == 6:  # a timed run, not the warm-up
+            calls.append(config.method)
+            if len(calls) == 4:
+                raise KeyboardInterrupt  # the run is stopped in its 4th timed run
+        return real_decode(model, prompts, config, *a, **kw)
+
+    monkeypatch.setattr(runner, "decode", stop_after_three_runs)
+    assert main(args) == 130  # Ctrl-C
+    logged = (out / "progress.jsonl").read_text().splitlines()
+    assert len(logged) == 3
+    calls.clear()
+    monkeypatch.setattr(runner, "decode", real_decode)
+    assert main(["bench", *args[1:], "--resume"]) == 0, capsys.readouterr().err
+    res = json.loads((out / "results.json").read_text())
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 6 and {r["method"]: r for r in res["records"]}["spec@block_size=3"]["identical_to_ar"] == 1.0
+    first = json.loads(logged[0])
+    kept = next(s for s in samples if s["method"] == first["method"] and s["id"] == first["id"])
+    assert kept["seconds"] == first["seconds"]  # reused, not rerun
+    assert main(["bench", *args[1:-2], "--out", str(tmp_path / "none"), "--resume"]) == 2
+    assert "nothing to resume" in capsys.readouterr().err

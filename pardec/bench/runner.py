@@ -92,9 +92,11 @@ def _score(item: Item, text: str) -> float | None:
 
 def run_bench(model, tokenizer, mask_id: int, items: list[Item], specs: list[MethodSpec], task: str,
               nll_model=None, chat: bool = True, progress: bool = True, drafter=None,
-              log: Path | None = None) -> dict:
+              log: Path | None = None, done: dict[tuple[str, str, str], dict] | None = None) -> dict:
     """`log`: a JSONL file that gets every finished run at once, so a long run that is stopped keeps
-    what it measured."""
+    what it measured. `done`: runs of an earlier, stopped run (as logged), keyed by (method label,
+    task, item id); they are reused, not rerun."""
+    done = done or {}
     nll_model = nll_model or model
     stops = stop_token_ids(model, tokenizer)
     prompts = [encode_prompt(tokenizer, it.prompt, chat) for it in items]
@@ -110,6 +112,11 @@ def run_bench(model, tokenizer, mask_id: int, items: list[Item], specs: list[Met
     for i, (item, ids) in enumerate(zip(items, prompts)):
         order = specs[i % len(specs):] + specs[: i % len(specs)]  # rotate: no method always runs first
         for s in order:
+            if (s.label, item.task, item.id) in done:
+                logged = done[(s.label, item.task, item.id)]
+                per[s.label].append({k: logged[k] for k in ("id", "tokens", "forwards", "steps", "seconds", "text")})
+                bar.update()
+                continue
             if s.label == HF:
                 tokens, forwards, steps, seconds = _hf_generate(model, ids, s.config, mask_id, stops)
             else:
@@ -134,6 +141,19 @@ def run_bench(model, tokenizer, mask_id: int, items: list[Item], specs: list[Met
     tasks = list(dict.fromkeys(it.task for it in items))
     by_task = {t: summarize(per, specs, t) for t in tasks} if len(tasks) > 1 else {}
     return dict(task=task, records=summarize(per, specs), by_task=by_task, samples=per)
+
+
+def read_log(path: Path) -> dict[tuple[str, str, str], dict]:
+    """The runs a stopped bench logged, keyed as run_bench's `done` wants them. A last line cut off
+    mid-write is ignored."""
+    done = {}
+    for line in Path(path).read_text().splitlines():
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        done[(r["method"], r["task"], r["id"])] = r
+    return done
 
 
 def summarize(per: dict[str, list[dict]], specs: list[MethodSpec], task: str | None = None) -> list[dict]:
