@@ -49,6 +49,15 @@ def sharegpt_prompts() -> list[dict]:
     return out
 
 
+def _stdlib_modules():
+    """(name, module) for each of STDLIB_MODULES that this Python has."""
+    for mod_name in STDLIB_MODULES:
+        try:
+            yield mod_name, importlib.import_module(mod_name)
+        except Exception:  # a module missing on this Python is simply skipped
+            continue
+
+
 def _summary(obj) -> str:
     """The first paragraph of obj's docstring, on one line."""
     doc = inspect.getdoc(obj) or ""
@@ -59,11 +68,7 @@ def _function_entries() -> list[tuple[str, str, str, str]]:
     """(module, name, signature, summary) of the documented public functions of STDLIB_MODULES,
     one per distinct summary."""
     out, seen = [], set()
-    for mod_name in STDLIB_MODULES:
-        try:
-            mod = importlib.import_module(mod_name)
-        except Exception:  # a module missing on this Python is simply skipped
-            continue
+    for mod_name, mod in _stdlib_modules():
         for name, fn in sorted(vars(mod).items()):
             if name.startswith("_") or not (inspect.isfunction(fn) or inspect.isbuiltin(fn)):
                 continue
@@ -93,11 +98,7 @@ def method_prompts() -> list[dict]:
     `code_prompts` are skipped, so the two sources do not overlap)."""
     seen = {summary for *_, summary in _function_entries()}
     classes = [("builtins", c) for c in (str, bytes, bytearray, list, dict, set, frozenset, int, float)]
-    for mod_name in STDLIB_MODULES:
-        try:
-            mod = importlib.import_module(mod_name)
-        except Exception:
-            continue
+    for mod_name, mod in _stdlib_modules():
         classes += [(mod_name, c) for name, c in sorted(vars(mod).items())
                     if not name.startswith("_") and inspect.isclass(c) and getattr(c, "__module__", "") == mod.__name__]
     out = []
@@ -147,20 +148,25 @@ CODE_TASKS = (
     "schedule tasks by priority", "detect whether two rectangles overlap",
 )
 CODE_REQUESTS = (
-    "Write a Python function to {t}. Include type hints and a docstring.",
-    "Show how to {t} in Python, then explain its time complexity.",
-    "Write pytest unit tests for a Python function that should {t}, including edge cases.",
-    "Write a small Python class that can {t}, with a usage example.",
-    "Explain step by step how to {t}, then give a clean Python implementation.",
-    "Write an idiomatic, well-commented Python solution to {t} using only the standard library.",
-    "Here is my task: {t}. Give a first simple Python version, then an optimised one.",
-    "Write a Python command-line script that can {t}, reading its input from standard input.",
+    "Write a Python function to {topic}. Include type hints and a docstring.",
+    "Show how to {topic} in Python, then explain its time complexity.",
+    "Write pytest unit tests for a Python function that should {topic}, including edge cases.",
+    "Write a small Python class that can {topic}, with a usage example.",
+    "Explain step by step how to {topic}, then give a clean Python implementation.",
+    "Write an idiomatic, well-commented Python solution to {topic} using only the standard library.",
+    "Here is my task: {topic}. Give a first simple Python version, then an optimised one.",
+    "Write a Python command-line script that can {topic}, reading its input from standard input.",
 )
 
 
+def _crossed(kind: str, topics: tuple[str, ...], requests: tuple[str, ...]) -> list[dict]:
+    """Every request template filled with every topic, ids `kind/topic index-request index`."""
+    return [{"id": f"{kind}/{i}-{j}", "prompt": req.format(topic=topic)}
+            for i, topic in enumerate(topics) for j, req in enumerate(requests)]
+
+
 def code_task_prompts() -> list[dict]:
-    return [{"id": f"task/{i}-{j}", "prompt": req.format(t=task)}
-            for i, task in enumerate(CODE_TASKS) for j, req in enumerate(CODE_REQUESTS)]
+    return _crossed("task", CODE_TASKS, CODE_REQUESTS)
 
 
 # General chat prompts: everyday subjects x kinds of request. The "500 ShareGPT conversations" of
@@ -185,37 +191,35 @@ CHAT_SUBJECTS = (
     "making a monthly budget", "reducing food waste", "the habits of octopuses", "migrating birds",
 )
 CHAT_REQUESTS = (
-    "Explain {s} to a curious teenager.",
-    "Give me five practical tips about {s}.",
-    "Write a short, friendly blog post about {s}.",
-    "What are the most common misconceptions about {s}? Correct each one.",
-    "Write a dialogue between two friends discussing {s}.",
-    "Summarise the key ideas of {s} in a few bullet points, then suggest what to read next.",
-    "I have ten minutes to present {s} to my class. Draft an outline with talking points.",
-    "Compose a short poem inspired by {s}.",
+    "Explain {topic} to a curious teenager.",
+    "Give me five practical tips about {topic}.",
+    "Write a short, friendly blog post about {topic}.",
+    "What are the most common misconceptions about {topic}? Correct each one.",
+    "Write a dialogue between two friends discussing {topic}.",
+    "Summarise the key ideas of {topic} in a few bullet points, then suggest what to read next.",
+    "I have ten minutes to present {topic} to my class. Draft an outline with talking points.",
+    "Compose a short poem inspired by {topic}.",
 )
 
 
 def chat_prompts() -> list[dict]:
-    return [{"id": f"chat/{i}-{j}", "prompt": req.format(s=subject)}
-            for i, subject in enumerate(CHAT_SUBJECTS) for j, req in enumerate(CHAT_REQUESTS)]
+    return _crossed("chat", CHAT_SUBJECTS, CHAT_REQUESTS)
 
 
-BUILTIN = ("builtin:code", "builtin:code-methods", "builtin:code-tasks", "builtin:chat", "builtin:sharegpt")
+SOURCES = {
+    "builtin:code": code_prompts,
+    "builtin:code-methods": method_prompts,
+    "builtin:code-tasks": code_task_prompts,
+    "builtin:chat": chat_prompts,
+    "builtin:sharegpt": sharegpt_prompts,
+}
+BUILTIN = tuple(SOURCES)
 
 
 def read_prompt_source(spec: str) -> list[dict]:
     """One of BUILTIN, or a JSONL path ({"prompt", optional "id"} per line)."""
-    if spec == "builtin:sharegpt":
-        return sharegpt_prompts()
-    if spec == "builtin:code":
-        return code_prompts()
-    if spec == "builtin:chat":
-        return chat_prompts()
-    if spec == "builtin:code-methods":
-        return method_prompts()
-    if spec == "builtin:code-tasks":
-        return code_task_prompts()
+    if spec in SOURCES:
+        return SOURCES[spec]()
     path = Path(spec)
     if not path.is_file():
         raise PardecError(f"unknown prompt source '{spec}': one of {', '.join(BUILTIN)} or a JSONL file")
