@@ -118,6 +118,45 @@ def test_spec_takes_next_drafts_from_the_block_started_at_or_before_the_accepted
     assert row.drafts == drafts
 
 
+def logits_with_confidence(tokens, conf, V=16):
+    """[k, V] logits whose softmax gives token i probability conf[i], the rest spread evenly."""
+    p = torch.tensor([[(1 - c) / (V - 1)] * V for c in conf])
+    p[torch.arange(len(tokens)), torch.tensor(tokens)] = torch.tensor(conf)
+    return p.log()
+
+
+@pytest.mark.parametrize("cutoff,kept", [(0.0, 4), (0.3, 4), (0.34, 3), (0.4, 2), (0.8, 1), (0.95, 0)])
+def test_draft_cutoff_keeps_the_prefix_whose_confidence_product_reaches_it(cutoff, kept):
+    policy = Speculative(DecodeConfig(method="spec", block_size=5, draft_cutoff=cutoff), 15, None)
+    row = Row(index=0, committed=[5], n_prompt=1, budget=100)
+    policy._set_drafts(row, logits_with_confidence([3, 4, 5, 6], [0.9, 0.8, 0.5, 0.9]))  # products .9 .72 .36 .32
+    assert row.drafts == [3, 4, 5, 6][:kept] and row.draft_probs is None
+
+
+def test_spec_with_draft_cutoff_equals_ar_and_feeds_only_kept_drafts(tiny, monkeypatch):
+    model, mask_id = tiny
+    fed = []
+    real_step = engine_mod.block_step
+
+    def spy(model_, cache, pending, block, n_ntp, *rest, **kw):
+        fed.append((n_ntp, max(len(p) for p in pending)))
+        return real_step(model_, cache, pending, block, n_ntp, *rest, **kw)
+
+    monkeypatch.setattr(engine_mod, "block_step", spy)
+    ar = run(model, mask_id, [PROMPTS[2]], method="ar")[0]
+    drafts_fed = {}
+    for cutoff in (0.0, 0.05, 1.0):
+        fed.clear()
+        spec = run(model, mask_id, [PROMPTS[2]], method="spec", block_size=5, draft_cutoff=cutoff)[0]
+        assert spec.tokens == ar.tokens
+        # After the prompt's forward, each step feeds the last committed token plus the drafts, and
+        # asks for exactly one NTP logit per fed token.
+        assert all(n_ntp == pending for n_ntp, pending in fed[1:]), fed
+        drafts_fed[cutoff] = sum(pending - 1 for _, pending in fed[1:])
+    assert drafts_fed[1.0] == 0 < drafts_fed[0.0]
+    assert drafts_fed[0.05] <= drafts_fed[0.0]
+
+
 def test_spec_with_all_wrong_drafts_still_equals_ar(tiny, monkeypatch):
     model, mask_id = tiny
 

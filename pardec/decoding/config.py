@@ -19,6 +19,7 @@ class DecodeConfig:
     gamma: float = 0.5  # eb: entropy budget (nats) per forward
     draft_blocks: int = 1  # spec: blocks fed per forward, for that many possible acceptance lengths
     block_at: int | None = 0  # spec: feed the block after at most this many drafts (None: after all)
+    draft_cutoff: float = 0.0  # spec, dflash: feed drafts while their confidences' product stays >= this
     temperature: float = 0.0  # 0 = greedy
     top_p: float = 1.0
     seed: int | None = None
@@ -38,6 +39,8 @@ class DecodeConfig:
             raise PardecError(f"draft blocks must lie in [1, block size], got {self.draft_blocks}")
         if self.block_at is not None and (not isinstance(self.block_at, int) or self.block_at < 0):
             raise PardecError(f"block_at must be an integer >= 0 (or unset), got {self.block_at}")
+        if not 0.0 <= self.draft_cutoff <= 1.0:
+            raise PardecError(f"draft cutoff must lie in [0, 1], got {self.draft_cutoff}")
         if self.confidence not in ("prob", "entropy"):
             raise PardecError(f"confidence must be 'prob' or 'entropy', got '{self.confidence}'")
         if self.gamma < 0:

@@ -86,7 +86,7 @@ def decode(
         pending = [r.committed[n:] + d for r, n, d in zip(rows, cache.n_cached, drafts)]
         blocks = [policy.blocks(r) for r in rows]
         has_blocks = blocks[0] is not None
-        out = block_step(model, cache, pending, blocks if has_blocks else None, policy.n_ntp, mask_id,
+        out = block_step(model, cache, pending, blocks if has_blocks else None, policy.n_ntp(drafts), mask_id,
                          feature_layers=policy.feature_layers)
         keep = torch.zeros_like(out.pending_valid)  # [B, P]
         P = keep.shape[1]

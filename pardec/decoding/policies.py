@@ -17,7 +17,6 @@ from .state import Row, Update
 
 
 class Policy:
-    n_ntp = 1  # NTP logits needed per row, counted from the end of the pending tokens
     feature_layers: tuple[int, ...] | None = None  # target layers whose outputs the policy needs
 
     def __init__(self, config: DecodeConfig, mask_id: int, generator: torch.Generator | None):
@@ -25,6 +24,10 @@ class Policy:
 
     def drafts(self, row: Row) -> list[int]:
         return []
+
+    def n_ntp(self, drafts: list[list[int]]) -> int:
+        """NTP logits needed per row this step, counted from the end of the pending tokens."""
+        return 1
 
     def blocks(self, row: Row) -> list[tuple[int, list[int]]] | None:
         """One fully masked block after all pending tokens."""
@@ -110,12 +113,30 @@ class EntropyBounded(Policy):
 class Verifier(Policy):
     """A policy whose drafts (proposed by the previous step) the target verifies: spec, dflash."""
 
-    @property
-    def n_ntp(self):
-        return self.cfg.block_size  # drafts (at most D - 1) plus the token before them
+    def n_ntp(self, drafts):
+        # One per draft plus the token before them; the output head costs as much per position as
+        # a few layers do on a 0.5B model, so positions no row needs are not computed.
+        return 1 + max(len(d) for d in drafts)
 
     def drafts(self, row):
         return list(row.drafts)
+
+    def _set_drafts(self, row: Row, logits: torch.Tensor, ids=None, full=None) -> None:
+        """Draw the next drafts from logits [k, V] and keep the longest prefix whose product of
+        confidences stays >= draft_cutoff: drafts unlikely to be accepted cost a fed token and an
+        NTP logit each. The cut depends only on the drafts, so verification stays lossless.
+        ids / full map a reduced draft vocabulary back to the target's (DFlash)."""
+        tokens, probs = self._choose(logits)
+        keep = len(tokens)
+        if self.cfg.draft_cutoff > 0 and keep:
+            reach = sampling.confidence(logits, "prob").cumprod(0)  # [k]
+            keep = int((reach >= self.cfg.draft_cutoff).sum())
+        tokens = tokens[:keep] if ids is None else ids(tokens[:keep])
+        row.drafts = tokens.tolist()
+        if self.cfg.temperature == 0:
+            row.draft_probs = None
+        else:
+            row.draft_probs = probs[:keep] if full is None else full(probs[:keep])
 
     def verify(self, row: Row, ntp: torch.Tensor) -> tuple[int, list[int]]:
         """Accept a prefix of the row's drafts against the NTP logits: (accepted count, tokens to commit)."""
@@ -161,8 +182,7 @@ class Speculative(Verifier):
         first = 1 + n - L if L is not None else D
         if first < D:
             k = lengths.index(L)
-            tokens, probs = self._choose(block[k * D + first : (k + 1) * D])
-            row.drafts, row.draft_probs = tokens.tolist(), (None if self.cfg.temperature == 0 else probs)
+            self._set_drafts(row, block[k * D + first : (k + 1) * D])
         else:
             # No block was fed early enough: the next forward drafts afresh.
             row.drafts, row.draft_probs = [], None
@@ -208,9 +228,7 @@ class DFlash(Verifier):
         logits = self.context.draft_logits(self.target.get_input_embeddings(), self.head,
                                            anchors, anchor_pos, D)  # [B, D - 1, Vd]
         for b, r in enumerate(rows):
-            tokens, probs = self._choose(logits[b])
-            r.drafts = self.head.token_ids(tokens).tolist()
-            r.draft_probs = None if self.cfg.temperature == 0 else self.head.full(probs)
+            self._set_drafts(r, logits[b], self.head.token_ids, self.head.full)
 
 
 POLICIES = {"ar": AR, "threshold": Threshold, "eb": EntropyBounded, "spec": Speculative, "dflash": DFlash}
