@@ -15,7 +15,7 @@ _, held = split_heldout([read_pairs(f) for f in files], files, 6)
 loaded = {}
 for arg in sys.argv[1:]:
     adapter, D, db, *rest = arg.split(":")
-    at, cutoff = (rest + ["", "0"])[:2]
+    at, cutoff = (rest[0] if rest else ""), (rest[1] if len(rest) > 1 else "0")
     if adapter not in loaded:
         loaded = {adapter: load_model("qwen2.5-coder-0.5b", torch.bfloat16, adapter)}
     model, tok, mask_id = loaded[adapter]
