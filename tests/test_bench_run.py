@@ -106,13 +106,22 @@ def test_a_stopped_bench_resumes_without_rerunning_what_it_logged(tiny_dir, tmp_
     assert main(args) == 130  # Ctrl-C
     logged = (out / "progress.jsonl").read_text().splitlines()
     assert len(logged) == 3
+    # Drop the first logged run: the resume must then rerun it and still reuse the two logged after it.
+    (out / "progress.jsonl").write_text("".join(line + "\n" for line in logged[1:]))
     calls.clear()
-    monkeypatch.setattr(runner, "decode", real_decode)
+
+    def count_runs(model, prompts, config, *a, **kw):
+        if config.max_new_tokens == 6:
+            calls.append(config.method)
+        return real_decode(model, prompts, config, *a, **kw)
+
+    monkeypatch.setattr(runner, "decode", count_runs)
     assert main(["bench", *args[1:], "--resume"]) == 0, capsys.readouterr().err
+    assert len(calls) == 6 - 2  # only the runs not in the log
     res = json.loads((out / "results.json").read_text())
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == 6 and {r["method"]: r for r in res["records"]}["spec@block_size=3"]["identical_to_ar"] == 1.0
-    first = json.loads(logged[0])
+    first = json.loads(logged[2])  # logged after a run that the resume had to redo
     kept = next(s for s in samples if s["method"] == first["method"] and s["id"] == first["id"])
     assert kept["seconds"] == first["seconds"]  # reused, not rerun
     assert main(["bench", *args[1:-2], "--out", str(tmp_path / "none"), "--resume"]) == 2

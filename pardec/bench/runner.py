@@ -112,9 +112,10 @@ def run_bench(model, tokenizer, mask_id: int, items: list[Item], specs: list[Met
     for i, (item, ids) in enumerate(zip(items, prompts)):
         order = specs[i % len(specs):] + specs[: i % len(specs)]  # rotate: no method always runs first
         for s in order:
-            if (s.label, item.task, item.id) in done:
-                logged = done[(s.label, item.task, item.id)]
-                per[s.label].append({k: logged[k] for k in ("id", "tokens", "forwards", "steps", "seconds", "text")})
+            logged = done.get((s.label, item.task, item.id))
+            if logged is not None:
+                # A log line is the run's record plus its method and task (written below).
+                per[s.label].append({k: v for k, v in logged.items() if k not in ("method", "task")})
                 bar.update()
                 continue
             if s.label == HF:
@@ -128,8 +129,8 @@ def run_bench(model, tokenizer, mask_id: int, items: list[Item], specs: list[Met
             if log is not None:
                 with open(log, "a") as f:
                     f.write(json.dumps(dict(method=s.label, task=item.task, **per[s.label][-1])) + "\n")
-            done = per[s.label]
-            tpf = sum(len(r["tokens"]) for r in done) / max(1, sum(r["forwards"] for r in done))
+            runs = per[s.label]
+            tpf = sum(len(r["tokens"]) for r in runs) / max(1, sum(r["forwards"] for r in runs))
             bar.set_postfix_str(f"{s.label} TPF {tpf:.2f}")
             bar.update()
     bar.close()
