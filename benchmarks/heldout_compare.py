@@ -21,7 +21,7 @@ for arg in sys.argv[1:]:
     model, tok, mask_id = loaded[adapter]
     prompts = [encode_prompt(tok, r["prompt"]) for r in held]
     config = DecodeConfig(method="spec", block_size=int(D), draft_blocks=int(db),
-                          block_at=int(at) if at else None, draft_cutoff=float(cutoff),
+                          block_at=int(at) if at else None, block_reach=0.0, draft_cutoff=float(cutoff),
                           max_new_tokens=96)
     res = decode(model, prompts, config, mask_id, stop_token_ids(model, tok))
     def tpf(rs):

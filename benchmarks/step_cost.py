@@ -1,5 +1,5 @@
 # Where a spec step's time goes: block_step for AR (1 pending token), spec (D pending + D block
-# slots), spec with 3 draft blocks, and the same token count as spec with the gate off (plain2D).
+# slots), the same with the gate off (no [MASK] in the slots), spec with 3 draft blocks, and the same token count as spec with the gate off (plain2D).
 # Usage: python benchmarks/step_cost.py ADAPTER D   (qwen2.5-coder-0.5b, bf16; medians of 9, interleaved)
 import sys, time, statistics, torch
 from pardec.api import load_model
@@ -25,6 +25,8 @@ def run(kind):
         pend, blocks, nn = [[5] * D], [[(0, [mask_id] * D)]], D
     elif kind == "spec3":
         pend, blocks, nn = [[5] * D], [[(0, [mask_id] * D), (D - 1, [mask_id] * D), (D - 2, [mask_id] * D)]], D
+    elif kind == "spec_nogate":  # spec's shapes with a non-mask token in the block slots: the adapter's cost
+        pend, blocks, nn = [[5] * D], [[(0, [5] * D)]], D
     elif kind == "plain2D":  # same token count, no mask tokens: gate off
         pend, blocks, nn = [[5] * (2 * D)], None, 2 * D
     t = time.perf_counter()
@@ -33,7 +35,7 @@ def run(kind):
     keep = torch.zeros_like(out.pending_valid)
     c.commit(out.fed_pos, keep, out.block_logits.shape[1])
     return dt
-kinds = ["ar", "spec", "spec3", "plain2D"]
+kinds = ["ar", "spec", "spec_nogate", "spec3", "plain2D"]
 ts = {k: [] for k in kinds}
 for r in range(9):
     for k in kinds:

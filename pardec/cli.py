@@ -70,13 +70,18 @@ def _add_decode_args(p: argparse.ArgumentParser) -> None:
                    help="spec: blocks fed per forward, one per likely acceptance length (more drafts after "
                         f"a rejection, longer forwards; default {d.draft_blocks})")
     p.add_argument("--block-at", type=int, default=d.block_at,
-                   help="spec: feed the block after at most this many drafts; it yields the next drafts after "
-                        f"any acceptance at least that long (default {d.block_at}: always; D - 1 or more: only "
-                        "after all drafts are accepted, with the most drafts)")
+                   help="spec: feed the block after at most this many drafts, fixed; it yields the next drafts "
+                        "after any acceptance at least that long (0: always; D - 1 or more: only after all "
+                        "drafts are accepted, with the most drafts). Default: placed by --block-reach")
     p.add_argument("--draft-cutoff", type=float, default=d.draft_cutoff,
                    help="spec, dflash: feed the next drafts while the product of their confidences stays at or "
                         "above this, in [0, 1]; unlikely drafts cost a fed token each and are rarely accepted. "
                         f"Still lossless (default {d.draft_cutoff}: feed them all)")
+    p.add_argument("--block-reach", type=float, default=d.block_reach,
+                   help="spec: feed the block after the drafts whose confidences' product stays at or above "
+                        "this, in [0, 1]: the likely accepted ones, so it sees more text and its nearest slots "
+                        f"become the next drafts (default {d.block_reach}; 0: after all drafts; ignored with "
+                        "--block-at)")
     p.add_argument("--gamma", type=float, default=d.gamma, help=f"eb: entropy budget in nats per forward (default {d.gamma})")
     p.add_argument("--temperature", type=float, default=d.temperature, help="0 = greedy (default)")
     p.add_argument("--top-p", type=float, default=d.top_p, help="nucleus sampling mass (default 1.0)")
@@ -233,7 +238,7 @@ def _generate(args) -> None:
         return DecodeConfig(
             method=args.method, block_size=_default_block_size(args) if block_size is None else block_size, threshold=args.threshold,
             confidence=args.confidence, gamma=args.gamma, draft_blocks=args.draft_blocks, block_at=args.block_at,
-            draft_cutoff=args.draft_cutoff,
+            draft_cutoff=args.draft_cutoff, block_reach=args.block_reach,
             temperature=args.temperature, top_p=args.top_p, seed=args.seed, max_new_tokens=args.max_new_tokens,
             stop=tuple(args.stop),
         )

@@ -44,7 +44,7 @@ def test_spec_greedy_equals_ar(tiny, block_size, draft_blocks, block_at):
     for prompt in PROMPTS:
         ar = run(model, mask_id, [prompt], method="ar")[0]
         spec = run(model, mask_id, [prompt], method="spec", block_size=block_size, draft_blocks=draft_blocks,
-                   block_at=block_at)[0]
+                   block_at=block_at, block_reach=0.0)[0]  # block_at None: after all drafts
         assert spec.tokens == ar.tokens
         assert sum(spec.accepted_per_step) == N and spec.forwards == len(spec.accepted_per_step)
         assert max(spec.accepted_per_step) <= block_size
@@ -78,7 +78,7 @@ def test_spec_greedy_equals_ar_with_oracle_and_wrong_drafts(tiny, monkeypatch):
     forwards = {}
     for draft_blocks in (1, 2, 4):
         spec = run(model, mask_id, [prompt], method="spec", block_size=4, draft_blocks=draft_blocks,
-                   block_at=None, max_new_tokens=40)[0]
+                   block_at=None, block_reach=0.0, max_new_tokens=40)[0]
         assert spec.tokens == ar.tokens
         steps = spec.accepted_per_step
         assert max(steps) == 4 and any(1 < s < 4 for s in steps), steps  # full and partial acceptance
@@ -106,7 +106,7 @@ def one_hot_logits(ids, V=16):
 ])
 def test_spec_takes_next_drafts_from_the_block_started_at_or_before_the_accepted_end(block_at, accepted, drafts):
     V, mask_id = 32, 31
-    policy = Speculative(DecodeConfig(method="spec", block_size=4, block_at=block_at), mask_id, None)
+    policy = Speculative(DecodeConfig(method="spec", block_size=4, block_at=block_at, block_reach=0.0), mask_id, None)
     row = Row(index=0, committed=[5], n_prompt=1, budget=100, drafts=[1, 2, 3])
     [(back, _)] = policy.blocks(row)
     assert back == 3 - (3 if block_at is None else block_at)
@@ -131,6 +131,63 @@ def test_draft_cutoff_keeps_the_prefix_whose_confidence_product_reaches_it(cutof
     row = Row(index=0, committed=[5], n_prompt=1, budget=100)
     policy._set_drafts(row, logits_with_confidence([3, 4, 5, 6], [0.9, 0.8, 0.5, 0.9]))  # products .9 .72 .36 .32
     assert row.drafts == [3, 4, 5, 6][:kept] and row.draft_probs is None
+
+
+@pytest.mark.parametrize("draft_blocks,accepted,drafts", [
+    (1, 4, [23, 24]),  # block after the 2 confident drafts; 4 accepted: slot 2 is the bonus, 3.. draft
+    (1, 2, [21, 22, 23, 24]),  # exactly the 2 it assumed: slots 1..
+    (1, 1, []),  # fewer accepted than the block assumed: no drafts
+    (2, 1, [32, 33, 34]),  # the fallback block after 0 drafts: slots 2..
+])
+def test_block_reach_feeds_the_block_after_the_likely_accepted_drafts(draft_blocks, accepted, drafts):
+    V, mask_id = 48, 47
+    policy = Speculative(DecodeConfig(method="spec", block_size=5, block_reach=0.5, draft_blocks=draft_blocks),
+                         mask_id, None)
+    row = Row(index=0, committed=[5], n_prompt=1, budget=100)
+    policy._set_drafts(row, logits_with_confidence([1, 2, 3, 4], [0.9, 0.8, 0.5, 0.9], V))  # .9 .72 .36 .32
+    assert row.drafts == [1, 2, 3, 4]  # block_reach only places the block; every draft is fed
+    assert [back for back, _ in policy.blocks(row)] == [2, 4][:draft_blocks]
+    target = [1, 2, 3, 4][:accepted] + [9]
+    ntp = one_hot_logits(target + [0] * (5 - len(target)), V)  # [5, V] at 5, d1..d4
+    block = one_hot_logits([20, 21, 22, 23, 24, 30, 31, 32, 33, 34][: 5 * draft_blocks], V)  # [NB * D, V]
+    upd = policy.update(row, ntp, block)
+    assert upd.commit == target[: accepted + 1] and upd.keep_drafts == accepted
+    assert row.drafts == drafts
+
+
+class ReachSpec(OracleSpec):
+    """Oracle drafts whose stated confidences fall along the block, so block_reach moves the block."""
+
+    def update(self, row, ntp, block):
+        upd = super().update(row, ntp, block)
+        if row.drafts:
+            row.draft_reach = torch.linspace(0.95, 0.05, len(row.drafts))
+        return upd
+
+
+def test_spec_with_block_reach_equals_ar(tiny, monkeypatch):
+    model, mask_id = tiny
+    prompt = PROMPTS[1]
+    ar = run(model, mask_id, [prompt], method="ar", max_new_tokens=40)[0]
+    ReachSpec.truth = ar.tokens + [0] * 8
+    monkeypatch.setitem(POLICIES, "spec", ReachSpec)
+    backs = set()
+    real_blocks = ReachSpec.blocks
+
+    def spy(self, row):
+        out = real_blocks(self, row)
+        backs.add((len(row.drafts), out[0][0]))
+        return out
+
+    monkeypatch.setattr(ReachSpec, "blocks", spy)
+    for reach, draft_blocks in ((0.4, 1), (0.4, 2), (0.9, 1)):
+        backs.clear()
+        spec = run(model, mask_id, [prompt], method="spec", block_size=5, block_reach=reach,
+                   draft_blocks=draft_blocks, max_new_tokens=40)[0]
+        assert spec.tokens == ar.tokens
+        assert spec.forwards < ar.forwards
+        # The block sits after some but not all drafts somewhere: neither before nor after all of them.
+        assert any(0 < back < m for m, back in backs), backs
 
 
 def test_spec_with_draft_cutoff_equals_ar_and_feeds_only_kept_drafts(tiny, monkeypatch):

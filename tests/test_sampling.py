@@ -56,16 +56,20 @@ def small_vocab_model():
     return model, mask_id
 
 
-@pytest.mark.parametrize("temperature,top_p,block_at,t,cutoff", [
-    (1.0, 1.0, None, 3, 0.0), (0.7, 0.9, None, 3, 0.0), (1.0, 1.0, 0, 4, 0.0), (1.0, 1.0, 0, 4, CUTOFF)])
-def test_spec_sampling_matches_the_target_distribution(small_vocab_model, temperature, top_p, block_at, t, cutoff):
-    """block_at 0: after a partial acceptance the next drafts are a block's later slots (verified
-    only from the 4th token on, hence t = 4). cutoff: fewer drafts when they are unsure."""
+@pytest.mark.parametrize("temperature,top_p,block_at,reach,t,cutoff", [
+    (1.0, 1.0, None, 0.0, 3, 0.0), (0.7, 0.9, None, 0.0, 3, 0.0), (1.0, 1.0, 0, 0.0, 4, 0.0),
+    (1.0, 1.0, 0, 0.0, 4, CUTOFF), (1.0, 1.0, None, 0.3, 4, 0.0)])
+def test_spec_sampling_matches_the_target_distribution(small_vocab_model, temperature, top_p, block_at, reach,
+                                                       t, cutoff):
+    """block_at None with reach 0: the block after all drafts. block_at 0: after a partial acceptance
+    the next drafts are a block's later slots (verified only from the 4th token on, hence t = 4).
+    reach: the block after as many drafts as their confidences suggest. cutoff: fewer drafts when
+    they are unsure."""
     model, mask_id = small_vocab_model
     n = 3000 if t == 3 else 6000
     probs = exact_joint(model, temperature, top_p, t)
     counts, outs = sample_counts(model, mask_id, n, t=t, method="spec", block_size=3, block_at=block_at,
-                                 draft_cutoff=cutoff, temperature=temperature, top_p=top_p, seed=1)
+                                 block_reach=reach, draft_cutoff=cutoff, temperature=temperature, top_p=top_p, seed=1)
     steps = [s for o in outs for s in o.accepted_per_step]
     assert any(s > 1 for s in steps) and any(s == 1 for s in steps[1::2])  # accepts and rejects happen
     assert chi2_pvalue(counts, probs, n) > 1e-3

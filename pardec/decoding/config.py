@@ -18,7 +18,10 @@ class DecodeConfig:
     confidence: str = "prob"  # threshold: "prob" (max probability) or "entropy" (1 - H / log V)
     gamma: float = 0.5  # eb: entropy budget (nats) per forward
     draft_blocks: int = 1  # spec: blocks fed per forward, for that many possible acceptance lengths
-    block_at: int | None = 0  # spec: feed the block after at most this many drafts (None: after all)
+    # spec: where the block sits among the drafts. block_at: after at most this many (fixed); None:
+    # after those whose confidences' product stays >= block_reach (likely to be accepted; 0: after all)
+    block_at: int | None = None
+    block_reach: float = 0.7
     draft_cutoff: float = 0.0  # spec, dflash: feed drafts while their confidences' product stays >= this
     temperature: float = 0.0  # 0 = greedy
     top_p: float = 1.0
@@ -41,6 +44,8 @@ class DecodeConfig:
             raise PardecError(f"block_at must be an integer >= 0 (or unset), got {self.block_at}")
         if not 0.0 <= self.draft_cutoff <= 1.0:
             raise PardecError(f"draft cutoff must lie in [0, 1], got {self.draft_cutoff}")
+        if not 0.0 <= self.block_reach <= 1.0:
+            raise PardecError(f"block reach must lie in [0, 1], got {self.block_reach}")
         if self.confidence not in ("prob", "entropy"):
             raise PardecError(f"confidence must be 'prob' or 'entropy', got '{self.confidence}'")
         if self.gamma < 0:

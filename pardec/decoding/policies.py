@@ -128,11 +128,13 @@ class Verifier(Policy):
         ids / full map a reduced draft vocabulary back to the target's (DFlash)."""
         tokens, probs = self._choose(logits)
         keep = len(tokens)
-        if self.cfg.draft_cutoff > 0 and keep:
+        reach = None
+        if (self.cfg.draft_cutoff > 0 or (self.cfg.block_reach > 0 and self.cfg.block_at is None)) and keep:
             reach = sampling.confidence(logits, "prob").cumprod(0)  # [k]
             keep = int((reach >= self.cfg.draft_cutoff).sum())
         tokens = tokens[:keep] if ids is None else ids(tokens[:keep])
         row.drafts = tokens.tolist()
+        row.draft_reach = None if reach is None else reach[:keep]
         if self.cfg.temperature == 0:
             row.draft_probs = None
         else:
@@ -154,27 +156,35 @@ class Speculative(Verifier):
 
     Which block drafts next depends on how many drafts get accepted, unknown until the forward is
     done. A block fed after L of the m drafts serves every acceptance length n >= L: its slots up to
-    the bonus position are now committed text, and the slots after it are the next drafts. With
-    `block_at` = 0 (the default) the block sits before the drafts, so every forward yields drafts;
-    with `block_at` = None it sits after all m drafts (the most drafts if all are accepted, none
-    after any rejection). More `draft_blocks` also sit after 0, 1, ... drafts.
+    the bonus position are now committed text, and the slots after it are the next drafts. Before
+    all drafts (L = 0) every forward yields drafts, but far slots that saw the least text; after all
+    of them, the most and nearest drafts if all are accepted, none after any rejection. By default
+    (`block_reach`) the block sits after the drafts likely to be accepted: those whose confidences'
+    product stays >= block_reach. `block_at` fixes L instead. More `draft_blocks` also sit after
+    0, 1, ... drafts, as fallbacks for shorter acceptances.
     """
 
-    def _block_lengths(self, m: int) -> list[int]:
+    def _block_lengths(self, row: Row) -> list[int]:
         """Numbers of drafts to feed a block after: the first block's, then 0, 1, ...; repeated to the
         fixed count so every row feeds the same number of blocks."""
-        first = m if self.cfg.block_at is None else min(m, self.cfg.block_at)
+        m = len(row.drafts)
+        if self.cfg.block_at is not None:
+            first = min(m, self.cfg.block_at)
+        elif self.cfg.block_reach > 0:
+            first = 0 if row.draft_reach is None else int((row.draft_reach >= self.cfg.block_reach).sum())
+        else:
+            first = m
         ns = [first] + [n for n in range(m) if n != first][: self.cfg.draft_blocks - 1]
         return ns + [first] * (self.cfg.draft_blocks - len(ns))
 
     def blocks(self, row):
         m = len(row.drafts)
         masks = [self.mask_id] * self.cfg.block_size
-        return [(m - n, masks) for n in self._block_lengths(m)]
+        return [(m - n, masks) for n in self._block_lengths(row)]
 
     def update(self, row, ntp, block):
         n, commit = self.verify(row, ntp)
-        lengths = self._block_lengths(len(row.drafts))
+        lengths = self._block_lengths(row)
         L = max((x for x in lengths if x <= n), default=None)
         D = self.cfg.block_size
         # Slot j of the block after L drafts sits where draft L + 1 + j did; the bonus sits at draft
@@ -185,7 +195,7 @@ class Speculative(Verifier):
             self._set_drafts(row, block[k * D + first : (k + 1) * D])
         else:
             # No block was fed early enough: the next forward drafts afresh.
-            row.drafts, row.draft_probs = [], None
+            row.drafts, row.draft_probs, row.draft_reach = [], None, None
         return Update(commit=commit, keep_drafts=n)
 
 
@@ -212,7 +222,7 @@ class DFlash(Verifier):
 
     def update(self, row, ntp, block):
         n, commit = self.verify(row, ntp)
-        row.drafts, row.draft_probs = [], None  # after_step drafts afresh
+        row.drafts, row.draft_probs, row.draft_reach = [], None, None  # after_step drafts afresh
         return Update(commit=commit, keep_drafts=n)
 
     def after_step(self, rows, out, keep, alive):

@@ -15,6 +15,7 @@ class Row:
     budget: int  # most new tokens this row may commit (length limit and context)
     drafts: list[int] = field(default_factory=list)  # spec: proposed tokens, not yet verified
     draft_probs: torch.Tensor | None = None  # spec sampling: [len(drafts), V] draft distributions
+    draft_reach: torch.Tensor | None = None  # spec: [len(drafts)] product of draft confidences up to each
     block: list[int] | None = None  # eb: the block being filled ([MASK] where not yet revealed)
     forwards: int = 0
     accepted: list[int] = field(default_factory=list)  # tokens committed by each forward
