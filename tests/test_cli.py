@@ -52,6 +52,7 @@ def test_generate_streams_the_same_text_as_json(tiny_dir, capsys):
         (["--top-p", "0"], "top-p"),
         (["--max-new-tokens", "0"], "max new tokens"),
         (["--block-at", "-1"], "block_at must be an integer >= 0"),
+        (["--block-reach", "1.5"], "block reach must lie in [0, 1]"),
     ],
 )
 def test_bad_parameters_give_one_line_errors(tiny_dir, capsys, args, message):

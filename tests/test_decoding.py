@@ -69,12 +69,18 @@ class OracleSpec(Speculative):
         return upd
 
 
+def use_oracle(policy, model, mask_id, prompt, monkeypatch):
+    """Make `policy` (an OracleSpec) the spec policy, its truth AR's 40 tokens; returns AR's result."""
+    ar = run(model, mask_id, [prompt], method="ar", max_new_tokens=40)[0]
+    policy.truth = ar.tokens + [0] * 8
+    monkeypatch.setitem(POLICIES, "spec", policy)
+    return ar
+
+
 def test_spec_greedy_equals_ar_with_oracle_and_wrong_drafts(tiny, monkeypatch):
     model, mask_id = tiny
     prompt = PROMPTS[0]
-    ar = run(model, mask_id, [prompt], method="ar", max_new_tokens=40)[0]
-    OracleSpec.truth = ar.tokens + [0] * 8
-    monkeypatch.setitem(POLICIES, "spec", OracleSpec)
+    ar = use_oracle(OracleSpec, model, mask_id, prompt, monkeypatch)
     forwards = {}
     for draft_blocks in (1, 2, 4):
         spec = run(model, mask_id, [prompt], method="spec", block_size=4, draft_blocks=draft_blocks,
@@ -168,9 +174,7 @@ class ReachSpec(OracleSpec):
 def test_spec_with_block_reach_equals_ar(tiny, monkeypatch):
     model, mask_id = tiny
     prompt = PROMPTS[1]
-    ar = run(model, mask_id, [prompt], method="ar", max_new_tokens=40)[0]
-    ReachSpec.truth = ar.tokens + [0] * 8
-    monkeypatch.setitem(POLICIES, "spec", ReachSpec)
+    ar = use_oracle(ReachSpec, model, mask_id, prompt, monkeypatch)
     backs = set()
     real_blocks = ReachSpec.blocks
 

@@ -129,7 +129,7 @@ class Verifier(Policy):
         tokens, probs = self._choose(logits)
         keep = len(tokens)
         reach = None
-        if (self.cfg.draft_cutoff > 0 or (self.cfg.block_reach > 0 and self.cfg.block_at is None)) and keep:
+        if (self.cfg.draft_cutoff > 0 or self._places_block_by_reach()) and keep:
             reach = sampling.confidence(logits, "prob").cumprod(0)  # [k]
             keep = int((reach >= self.cfg.draft_cutoff).sum())
         tokens = tokens[:keep] if ids is None else ids(tokens[:keep])
@@ -139,6 +139,9 @@ class Verifier(Policy):
             row.draft_probs = None
         else:
             row.draft_probs = probs[:keep] if full is None else full(probs[:keep])
+
+    def _places_block_by_reach(self) -> bool:
+        return False
 
     def verify(self, row: Row, ntp: torch.Tensor) -> tuple[int, list[int]]:
         """Accept a prefix of the row's drafts against the NTP logits: (accepted count, tokens to commit)."""
@@ -164,13 +167,16 @@ class Speculative(Verifier):
     0, 1, ... drafts, as fallbacks for shorter acceptances.
     """
 
+    def _places_block_by_reach(self):
+        return self.cfg.block_at is None and self.cfg.block_reach > 0
+
     def _block_lengths(self, row: Row) -> list[int]:
         """Numbers of drafts to feed a block after: the first block's, then 0, 1, ...; repeated to the
         fixed count so every row feeds the same number of blocks."""
         m = len(row.drafts)
         if self.cfg.block_at is not None:
             first = min(m, self.cfg.block_at)
-        elif self.cfg.block_reach > 0:
+        elif self._places_block_by_reach():
             first = 0 if row.draft_reach is None else int((row.draft_reach >= self.cfg.block_reach).sum())
         else:
             first = m
