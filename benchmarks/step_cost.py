@@ -1,5 +1,6 @@
 # Where a spec step's time goes: block_step for AR (1 pending token), spec (D pending + D block
-# slots), the same with the gate off (no [MASK] in the slots), spec with 3 draft blocks, and the same token count as spec with the gate off (plain2D).
+# slots), spec's shapes with the gate off (no [MASK] in the slots: the adapter's share), spec with
+# 3 draft blocks, and spec's token count as plain pending tokens (plain2D).
 # Usage: python benchmarks/step_cost.py ADAPTER D   (qwen2.5-coder-0.5b, bf16; medians of 9, interleaved)
 import sys, time, statistics, torch
 from pardec.api import load_model

@@ -201,7 +201,7 @@ class Speculative(Verifier):
             self._set_drafts(row, block[k * D + first : (k + 1) * D])
         else:
             # No block was fed early enough: the next forward drafts afresh.
-            row.drafts, row.draft_probs, row.draft_reach = [], None, None
+            row.clear_drafts()
         return Update(commit=commit, keep_drafts=n)
 
 
@@ -228,7 +228,7 @@ class DFlash(Verifier):
 
     def update(self, row, ntp, block):
         n, commit = self.verify(row, ntp)
-        row.drafts, row.draft_probs, row.draft_reach = [], None, None  # after_step drafts afresh
+        row.clear_drafts()  # after_step drafts afresh
         return Update(commit=commit, keep_drafts=n)
 
     def after_step(self, rows, out, keep, alive):

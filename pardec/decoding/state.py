@@ -22,6 +22,10 @@ class Row:
     seconds: float = 0.0
     finish: str | None = None  # "stop", "length"
 
+    def clear_drafts(self) -> None:
+        """No drafts for the next forward; their distributions and confidences go with them."""
+        self.drafts, self.draft_probs, self.draft_reach = [], None, None
+
     @property
     def new_tokens(self) -> list[int]:
         return self.committed[self.n_prompt :]
