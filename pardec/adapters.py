@@ -18,6 +18,18 @@ from torch import nn
 
 KINDS = ("lora", "gated-lora")
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# Named sets for the CLI. Fewer adapted layers make a decoding step cheaper: each adapter adds small ops
+# after a large matmul (benchmarks/step-cost.md).
+TARGET_SETS = {"all": TARGETS, "attention": TARGETS[:4], "mlp": TARGETS[4:]}
+
+
+def parse_targets(spec: str) -> tuple[str, ...]:
+    """'all', 'attention', 'mlp', or a comma list of linear layer names (q_proj,v_proj)."""
+    names = TARGET_SETS.get(spec.strip()) or tuple(n.strip() for n in spec.split(",") if n.strip())
+    if not names or len(set(names)) != len(names):
+        raise ValueError(f"targets must be one of {', '.join(TARGET_SETS)} or a comma list of distinct "
+                         f"layer names, not '{spec}'")
+    return tuple(names)
 
 
 @dataclass(frozen=True)

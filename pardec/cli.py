@@ -167,10 +167,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--ntp-weight", type=float, default=t.ntp_weight, help="sbd: next-token loss weight")
     r.add_argument("--decay", type=float, default=None, help="position-decayed loss weights exp(-j/decay)")
     r.add_argument("--init-from", metavar="CHECKPOINT",
-                   help="start from this checkpoint's weights (same --kind and --rank; block size, objective "
-                        "and data may differ); a fresh optimizer and schedule")
+                   help="start from this checkpoint's weights (same --kind and --rank; block size, objective, "
+                        "data and a subset of its --targets may differ); a fresh optimizer and schedule")
     r.add_argument("--rank", type=int, default=t.lora_rank)
     r.add_argument("--alpha", type=float, default=t.lora_alpha)
+    r.add_argument("--targets", default="all",
+                   help="linear layers to adapt in every transformer layer: all (default), attention "
+                        "(q/k/v/o), mlp (gate/up/down), or a comma list of names such as q_proj,v_proj; "
+                        "fewer make a decoding step cheaper")
 
     from .training.drafter import DrafterTrainConfig
 
@@ -356,6 +360,15 @@ def _distill(args) -> None:
           f"HumanEval/GSM8K/MT-bench and {stats['duplicates']} duplicates", file=sys.stderr)
 
 
+def _targets(spec: str) -> tuple[str, ...]:
+    from .adapters import parse_targets
+
+    try:
+        return parse_targets(spec)
+    except ValueError as e:
+        raise PardecError(str(e)) from e
+
+
 def _retrofit(args) -> None:
     import torch
 
@@ -368,7 +381,7 @@ def _retrofit(args) -> None:
     cfg = TrainConfig(
         objective=args.objective, adapter=args.kind, block_size=args.block_size, min_block_size=args.min_block_size,
         blocks_per_sequence=args.blocks_per_sequence, ntp_weight=args.ntp_weight, decay=args.decay,
-        lora_rank=args.rank, lora_alpha=args.alpha, lr=args.lr, steps=args.steps, grad_accum=args.grad_accum,
+        lora_rank=args.rank, lora_alpha=args.alpha, lora_targets=_targets(args.targets), lr=args.lr, steps=args.steps, grad_accum=args.grad_accum,
         max_length=args.max_length, bf16=args.dtype == "bfloat16", seed=args.seed, eval_every=args.eval_every,
         eval_prompts=args.heldout, init_from=args.init_from,
     )

@@ -152,6 +152,12 @@ def test_retrofit_from_two_files_warm_started_sets_the_default_block_size(tiny_d
     assert code == 0, err
     code, _, err = run_cli(capsys, *common, "--out", str(tmp_path / "r8"), "--rank", "8", "--init-from", str(tmp_path / "d3"))
     assert code == 2 and "cannot start from" in err
+    code, _, err = run_cli(capsys, *common, "--out", str(tmp_path / "att"), "--targets", "attention",
+                           "--init-from", str(tmp_path / "d3"))
+    assert code == 0, err
+    assert json.loads((tmp_path / "att" / "pardec.json").read_text())["lora"]["targets"] == ["q_proj", "k_proj", "v_proj", "o_proj"]
+    code, _, err = run_cli(capsys, *common, "--out", str(tmp_path / "bad"), "--targets", "q_proj,q_proj")
+    assert code == 2 and "targets" in err
     # bench and generate decode with the adapter's trained D unless told otherwise.
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(json.dumps({"prompt": "one two"}) + "\n")

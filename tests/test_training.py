@@ -119,7 +119,7 @@ def test_checkpoint_of_an_adapter_loads_and_decodes_the_same(tmp_path):
     fresh, _ = tiny_model("llama", vocab=VOCAB)
     settings = checkpoint.apply(fresh, tmp_path / "ck", "tiny", mask_id)
     assert settings.adapter == "gated-lora" and settings.training["objective"] == "nsp"
-    assert settings.lora == {"kind": "gated-lora", "rank": 8, "alpha": 16}
+    assert settings.lora == {"kind": "gated-lora", "rank": 8, "alpha": 16, "targets": list(adapters.TARGETS)}
     cfg = DecodeConfig(method="spec", max_new_tokens=16)
     a = decode(model.eval(), [[1, 2, 3]], cfg, mask_id)[0]
     b = decode(fresh, [[1, 2, 3]], cfg, mask_id)[0]
@@ -174,6 +174,39 @@ def test_init_from_warm_starts_with_another_block_size_and_refuses_another_rank(
     with pytest.raises(PardecError, match="base model"):
         retrofit(tiny_model("llama", vocab=VOCAB)[0], mask_id, data, [], cfg, tmp_path / "d", "other", None,
                  progress=False)
+
+
+def test_init_from_keeps_a_subset_of_targets_and_the_checkpoint_loads_only_those(tmp_path):
+    data = counting_examples(8)
+    first, mask_id = tiny_model("qwen2", vocab=VOCAB)
+    retrofit(first, mask_id, data, [], train_cfg(steps=3, eval_every=3), tmp_path / "a", "tiny", None, progress=False)
+    attention = adapters.parse_targets("attention")
+    cfg = train_cfg(steps=1, eval_every=1, lr=1e-12, lora_targets=attention, init_from=str(tmp_path / "a"))
+    second, _ = tiny_model("qwen2", vocab=VOCAB)
+    retrofit(second, mask_id, data, [], cfg, tmp_path / "b", "tiny", None, progress=False)
+    sa, sb = adapters.adapter_state(first), adapters.adapter_state(second)
+    assert sb and set(sb) < set(sa)
+    assert {k.split(".")[-2] for k in sb} == set(attention)
+    for k in sb:
+        torch.testing.assert_close(sb[k], sa[k], rtol=1e-5, atol=1e-7)
+    assert checkpoint.read_settings(tmp_path / "b").lora["targets"] == list(attention)
+    loaded, _ = tiny_model("qwen2", vocab=VOCAB)
+    checkpoint.apply(loaded, tmp_path / "b", "tiny", mask_id)
+    assert set(adapters.adapter_state(loaded)) == set(sb)
+    # The other way round, the checkpoint lacks the tensors: a clear refusal.
+    mlp_cfg = train_cfg(steps=1, eval_every=1, lora_targets=adapters.parse_targets("mlp"), init_from=str(tmp_path / "b"))
+    with pytest.raises(PardecError, match="does not fit this run"):
+        retrofit(tiny_model("qwen2", vocab=VOCAB)[0], mask_id, data, [], mlp_cfg, tmp_path / "c", "tiny", None,
+                 progress=False)
+
+
+def test_parse_targets():
+    assert adapters.parse_targets("all") == adapters.TARGETS
+    assert adapters.parse_targets("mlp") == ("gate_proj", "up_proj", "down_proj")
+    assert adapters.parse_targets(" q_proj, v_proj ") == ("q_proj", "v_proj")
+    for bad in ("", ",", "q_proj,q_proj"):
+        with pytest.raises(ValueError, match="targets"):
+            adapters.parse_targets(bad)
 
 
 def test_held_out_prompts_come_from_every_file():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..adapters import TARGETS
 from ..errors import PardecError
 
 OBJECTIVES = ("nsp", "sbd")
@@ -21,6 +22,7 @@ class TrainConfig:
     decay: float | None = None  # position-decayed weights exp(-(j)/decay) along the block; None = flat
     lora_rank: int = 16
     lora_alpha: float = 32.0
+    lora_targets: tuple[str, ...] = TARGETS  # linear layers adapted (by name), in every transformer layer
     lr: float = 2e-4
     weight_decay: float = 0.0
     warmup_steps: int = 10
@@ -32,7 +34,8 @@ class TrainConfig:
     eval_every: int = 50  # steps between checkpoints (with a held-out TPF check)
     eval_prompts: int = 4
     eval_max_new_tokens: int = 48
-    init_from: str | None = None  # warm start from this checkpoint's weights (same kind and rank; any D)
+    init_from: str | None = None  # warm start from this checkpoint's weights (same kind and rank; any D,
+    # and any subset of its targets)
 
     def __post_init__(self):
         if self.objective not in OBJECTIVES:
@@ -46,5 +49,7 @@ class TrainConfig:
         if self.ntp_weight < 0 or (self.ntp_weight > 0 and self.adapter == "gated-lora"):
             raise PardecError("the next-token loss needs a non-negative weight, and does nothing with "
                               "gated-lora (the clean stream is the frozen base model)")
+        if self.adapter != "full" and not self.lora_targets:
+            raise PardecError("a LoRA run needs at least one target layer")
         if self.decay is not None and self.decay <= 0:
             raise PardecError("decay must be > 0")

@@ -28,7 +28,8 @@ def prepare(model, cfg: TrainConfig) -> list[torch.nn.Parameter]:
         for p in model.parameters():
             p.requires_grad_(True)
         return [p for p in model.parameters()]
-    adapters.attach(model, adapters.LoRAConfig(cfg.adapter, cfg.lora_rank, cfg.lora_alpha), dtype=torch.float32)
+    adapters.attach(model, adapters.LoRAConfig(cfg.adapter, cfg.lora_rank, cfg.lora_alpha, tuple(cfg.lora_targets)),
+                    dtype=torch.float32)
     return [p for p in model.parameters() if p.requires_grad]
 
 
@@ -114,7 +115,8 @@ def _save(model, opt, out: Path, cfg, step, history, base_model, base_sha256, ma
     settings = checkpoint.CheckpointSettings(
         base_model=base_model, mask_token_id=mask_id, block_size=cfg.block_size, objective=cfg.objective,
         adapter=cfg.adapter, vocab_size=model.get_input_embeddings().weight.shape[0], base_sha256=base_sha256,
-        lora=None if cfg.adapter == "full" else dict(kind=cfg.adapter, rank=cfg.lora_rank, alpha=cfg.lora_alpha),
+        lora=None if cfg.adapter == "full" else dict(kind=cfg.adapter, rank=cfg.lora_rank, alpha=cfg.lora_alpha,
+                                                     targets=list(cfg.lora_targets)),
         training=dict(dataclasses.asdict(cfg), step=step),
     )
     write_checkpoint(out, lambda folder: checkpoint.save(folder, settings, tensors), history)
@@ -122,7 +124,9 @@ def _save(model, opt, out: Path, cfg, step, history, base_model, base_sha256, ma
 
 def _init_from(model, cfg: TrainConfig, base_model: str, mask_id: int) -> None:
     """Warm start: the weights of an earlier checkpoint, with a fresh optimizer and schedule. Only the
-    kind and rank must match; block size, objective and data may change (e.g. D 4 -> 8)."""
+    kind and rank must match; block size, objective and data may change (e.g. D 4 -> 8), and the run may
+    adapt a subset of the checkpoint's layers (e.g. attention only: their tensors are taken, the rest
+    dropped)."""
     path = cfg.init_from
     settings = checkpoint.read_settings(path)
     checkpoint.check_fits(settings, path, base_model, mask_id, model.get_input_embeddings().weight.shape[0])
