@@ -34,13 +34,19 @@ def test_code_prompts_come_from_the_standard_library():
     assert all(p["prompt"].startswith("Write a Python function `") for p in prompts)
 
 
-@pytest.mark.parametrize("source", ["builtin:chat", "builtin:code-methods", "builtin:code-tasks"])
+@pytest.mark.parametrize("source", ["builtin:chat", "builtin:code-methods", "builtin:code-tasks", "builtin:code-tasks2"])
 def test_generated_prompts_are_distinct_and_clear_of_the_benchmarks(source):
     prompts = read_prompt_source(source)
     texts = [p["prompt"] for p in prompts]
     assert len(texts) >= 400 and len(set(texts)) == len(texts) and len({p["id"] for p in prompts}) == len(prompts)
     f = ContaminationFilter.from_benchmarks()
     assert sum(map(f, texts)) <= len(texts) // 50  # at most a few overlap MT-bench/GSM8K/HumanEval
+
+
+def test_the_second_code_task_set_repeats_no_prompt_of_the_first():
+    first = {p["prompt"] for p in read_prompt_source("builtin:code-tasks")}
+    second = {p["prompt"] for p in read_prompt_source("builtin:code-tasks2")}
+    assert len(second) > 1000 and not first & second
 
 
 def test_method_prompts_do_not_repeat_the_function_prompts():

@@ -147,6 +147,50 @@ CODE_TASKS = (
     "compute the greatest common divisor of many numbers", "build an inverted index of documents",
     "schedule tasks by priority", "detect whether two rectangles overlap",
 )
+# A second set (builtin:code-tasks2): more topics, and more kinds of request for all topics.
+CODE_TASKS_2 = (
+    "find the longest palindromic substring", "implement a ring buffer", "convert an integer to words in English",
+    "compute the day of the week for a date", "merge k sorted iterators lazily", "check whether a graph is bipartite",
+    "find connected components in an undirected graph", "implement Dijkstra's shortest path algorithm",
+    "compute the convex hull of 2D points", "parse a simple INI configuration file", "implement a bloom filter",
+    "count the vowels and consonants in a string", "find pairs in a list that sum to a target",
+    "compute the Levenshtein ratio of two strings", "implement a doubly linked list", "reverse a linked list",
+    "implement binary tree in-order traversal without recursion", "check whether a binary tree is balanced",
+    "find the lowest common ancestor in a binary search tree", "implement union-find with path compression",
+    "compute Fibonacci numbers with matrix exponentiation", "convert a number between arbitrary bases",
+    "find the maximum subarray sum", "solve the 0/1 knapsack problem", "count the ways to climb n stairs",
+    "implement a simple regular expression matcher for . and *", "wrap text to a fixed width",
+    "parse and evaluate boolean expressions", "compute the checksum of a credit card number with Luhn's algorithm",
+    "generate random passwords with required character classes", "implement an LFU cache",
+    "find duplicate files by content in a directory", "diff two lists and report added and removed items",
+    "compute statistics (mean, median, mode) of a list", "normalise whitespace in a text",
+    "find the k closest points to the origin", "implement a thread-safe counter", "batch items from an iterator",
+    "implement exponential moving averages", "parse a date string in several formats",
+    "sort a list of dictionaries by several keys", "implement a priority queue with decrease-key",
+    "find all subsets that sum to a target", "solve the N-queens problem", "generate Pascal's triangle",
+    "compute the area of a polygon from its vertices", "implement a finite state machine for a turnstile",
+    "encode and decode a string with a Caesar cipher", "implement base64 encoding by hand",
+    "find the first non-repeating character in a string", "count inversions in a list",
+    "implement merge sort", "implement heap sort", "implement counting sort for small integers",
+    "compute the transitive closure of a relation", "find articulation points in a graph",
+    "check whether two strings are rotations of each other", "interleave two lists",
+    "compute a histogram of values in bins", "implement a simple key-value store with expiry",
+    "parse a markdown heading structure into a tree", "validate an IPv4 address",
+    "implement a sliding window maximum", "compute the Jaccard similarity of two sets",
+    "find the longest common subsequence of two strings", "implement a word-wrap that justifies lines",
+    "convert a flat list of parent-child pairs into a tree", "compute running totals by group",
+    "implement a simple template renderer with {{name}} placeholders", "find the mode of a stream of numbers",
+    "implement a circuit breaker around a flaky function", "paginate a list of results",
+    "implement a simple dependency-injection container", "compute the nth prime number",
+    "check whether a year is a leap year and list leap years in a range", "simulate Conway's Game of Life",
+    "implement a sparse matrix with dictionary storage", "compute the edit script between two sequences",
+    "find the longest substring without repeating characters", "evaluate a polynomial with Horner's rule",
+    "compute the intersection of two lists with duplicates", "implement an iterator over a binary tree",
+    "parse command-line style arguments from a string", "chunk a text into sentences",
+    "implement a minimal JSON pretty-printer", "compute a rolling hash for substring search",
+    "implement the Rabin-Karp substring search", "rotate a list by k positions in place",
+    "merge two dictionaries recursively", "find the missing number in a sequence",
+)
 CODE_REQUESTS = (
     "Write a Python function to {topic}. Include type hints and a docstring.",
     "Show how to {topic} in Python, then explain its time complexity.",
@@ -156,6 +200,12 @@ CODE_REQUESTS = (
     "Write an idiomatic, well-commented Python solution to {topic} using only the standard library.",
     "Here is my task: {topic}. Give a first simple Python version, then an optimised one.",
     "Write a Python command-line script that can {topic}, reading its input from standard input.",
+)
+CODE_REQUESTS_2 = (
+    "Write a Python function to {topic}, then walk through it on a small example input.",
+    "Review this plan and write the code: I want to {topic} in Python with clear variable names.",
+    "Write a recursive Python solution to {topic}, and say when an iterative one would be better.",
+    "Write a Python generator-based solution to {topic} where that makes sense, with a short explanation.",
 )
 
 
@@ -167,6 +217,13 @@ def _crossed(kind: str, topics: tuple[str, ...], requests: tuple[str, ...]) -> l
 
 def code_task_prompts() -> list[dict]:
     return _crossed("task", CODE_TASKS, CODE_REQUESTS)
+
+
+def code_task_prompts_2() -> list[dict]:
+    """New topics with every request, and the first topics with the new requests: no prompt of
+    `code_task_prompts` again."""
+    return (_crossed("task2", CODE_TASKS_2, CODE_REQUESTS + CODE_REQUESTS_2)
+            + _crossed("task2-more", CODE_TASKS, CODE_REQUESTS_2))
 
 
 # General chat prompts: everyday subjects x kinds of request. The "500 ShareGPT conversations" of
@@ -210,6 +267,7 @@ SOURCES = {
     "builtin:code": code_prompts,
     "builtin:code-methods": method_prompts,
     "builtin:code-tasks": code_task_prompts,
+    "builtin:code-tasks2": code_task_prompts_2,
     "builtin:chat": chat_prompts,
     "builtin:sharegpt": sharegpt_prompts,
 }
