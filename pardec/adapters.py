@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from .errors import PardecError
+
 KINDS = ("lora", "gated-lora")
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 # Named sets for the CLI. Fewer adapted layers make a decoding step cheaper: each adapter adds small ops
@@ -27,7 +29,7 @@ def parse_targets(spec: str) -> tuple[str, ...]:
     """'all', 'attention', 'mlp', or a comma list of linear layer names (q_proj,v_proj)."""
     names = TARGET_SETS.get(spec.strip()) or tuple(n.strip() for n in spec.split(",") if n.strip())
     if not names or len(set(names)) != len(names):
-        raise ValueError(f"targets must be one of {', '.join(TARGET_SETS)} or a comma list of distinct "
+        raise PardecError(f"targets must be one of {', '.join(TARGET_SETS)} or a comma list of distinct "
                          f"layer names, not '{spec}'")
     return tuple(names)
 
@@ -112,7 +114,7 @@ def attach(model, config: LoRAConfig, dtype: torch.dtype | None = None, freeze: 
             model.set_submodule(name, lora)
             wrapped[name] = lora
     if not wrapped:
-        raise ValueError(f"no linear layer named {config.targets} in this model")
+        raise PardecError(f"no linear layer named {', '.join(config.targets)} in this model")
     return wrapped
 
 

@@ -360,19 +360,11 @@ def _distill(args) -> None:
           f"HumanEval/GSM8K/MT-bench and {stats['duplicates']} duplicates", file=sys.stderr)
 
 
-def _targets(spec: str) -> tuple[str, ...]:
-    from .adapters import parse_targets
-
-    try:
-        return parse_targets(spec)
-    except ValueError as e:
-        raise PardecError(str(e)) from e
-
-
 def _retrofit(args) -> None:
     import torch
 
     from . import models
+    from .adapters import parse_targets
     from .api import encode_prompt, load_model, stop_token_ids
     from .training.config import TrainConfig
     from .training.data import read_pairs, split_heldout, tokenize
@@ -381,9 +373,9 @@ def _retrofit(args) -> None:
     cfg = TrainConfig(
         objective=args.objective, adapter=args.kind, block_size=args.block_size, min_block_size=args.min_block_size,
         blocks_per_sequence=args.blocks_per_sequence, ntp_weight=args.ntp_weight, decay=args.decay,
-        lora_rank=args.rank, lora_alpha=args.alpha, lora_targets=_targets(args.targets), lr=args.lr, steps=args.steps, grad_accum=args.grad_accum,
-        max_length=args.max_length, bf16=args.dtype == "bfloat16", seed=args.seed, eval_every=args.eval_every,
-        eval_prompts=args.heldout, init_from=args.init_from,
+        lora_rank=args.rank, lora_alpha=args.alpha, lora_targets=parse_targets(args.targets), lr=args.lr,
+        steps=args.steps, grad_accum=args.grad_accum, max_length=args.max_length, bf16=args.dtype == "bfloat16",
+        seed=args.seed, eval_every=args.eval_every, eval_prompts=args.heldout, init_from=args.init_from,
     )
     train_rows, held_rows = split_heldout([read_pairs(f) for f in args.data], args.data, args.heldout)
     # Train in float32 weights under bf16 autocast would double memory; the base stays in the chosen

@@ -158,6 +158,8 @@ def test_retrofit_from_two_files_warm_started_sets_the_default_block_size(tiny_d
     assert json.loads((tmp_path / "att" / "pardec.json").read_text())["lora"]["targets"] == ["q_proj", "k_proj", "v_proj", "o_proj"]
     code, _, err = run_cli(capsys, *common, "--out", str(tmp_path / "bad"), "--targets", "q_proj,q_proj")
     assert code == 2 and "targets" in err
+    code, _, err = run_cli(capsys, *common, "--out", str(tmp_path / "bad"), "--targets", "atention")
+    assert code == 2 and "no linear layer named atention" in err
     # bench and generate decode with the adapter's trained D unless told otherwise.
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(json.dumps({"prompt": "one two"}) + "\n")

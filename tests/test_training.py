@@ -205,7 +205,7 @@ def test_parse_targets():
     assert adapters.parse_targets("mlp") == ("gate_proj", "up_proj", "down_proj")
     assert adapters.parse_targets(" q_proj, v_proj ") == ("q_proj", "v_proj")
     for bad in ("", ",", "q_proj,q_proj"):
-        with pytest.raises(ValueError, match="targets"):
+        with pytest.raises(PardecError, match="targets"):
             adapters.parse_targets(bad)
 
 
