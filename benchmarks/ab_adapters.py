@@ -24,6 +24,18 @@ prompts = [encode_prompt(tok, it.prompt) for it in load_tasks(tasks)]
 spec = DecodeConfig(method="spec", block_size=8, max_new_tokens=128)
 runs = {"ar": (first, DecodeConfig(method="ar", max_new_tokens=128))} | {f"spec:{p}": (models[p], spec) for p in paths}
 totals = {k: {"tokens": 0, "forwards": 0, "seconds": 0.0} for k in runs}
+
+
+def summary(totals):
+    """Each run's totals with TPF, tokens/s and its speedup over ar so far."""
+    ar_speed = totals["ar"]["tokens"] / totals["ar"]["seconds"]
+    out = {}
+    for k, v in totals.items():
+        speed = v["tokens"] / v["seconds"]
+        out[k] = v | {"tpf": v["tokens"] / v["forwards"], "tokens_per_s": speed, "speedup_vs_ar": speed / ar_speed}
+    return out
+
+
 decode(first, prompts[:1], runs["ar"][1], mask_id, stop)  # warm-up, not counted
 names = list(runs)
 for i, p in enumerate(prompts):
@@ -36,11 +48,6 @@ for i, p in enumerate(prompts):
         tot["seconds"] += time.perf_counter() - t
         tot["tokens"] += len(r.tokens)
         tot["forwards"] += r.forwards
-    ar_speed = totals["ar"]["tokens"] / totals["ar"]["seconds"]
-    print(i, "  ".join(f"{k}: TPF {v['tokens'] / v['forwards']:.3f} tok/s {v['tokens'] / v['seconds']:.2f} "
-                       f"x{v['tokens'] / v['seconds'] / ar_speed:.3f}" for k, v in totals.items()), flush=True)
-ar_speed = totals["ar"]["tokens"] / totals["ar"]["seconds"]
-for v in totals.values():
-    v["tpf"], v["tokens_per_s"] = v["tokens"] / v["forwards"], v["tokens"] / v["seconds"]
-    v["speedup_vs_ar"] = v["tokens_per_s"] / ar_speed
-json.dump({"tasks": tasks, "max_new_tokens": 128, "prompts": len(prompts), "runs": totals}, open(out, "w"), indent=1)
+    print(i, "  ".join(f"{k}: TPF {v['tpf']:.3f} tok/s {v['tokens_per_s']:.2f} x{v['speedup_vs_ar']:.3f}"
+                       for k, v in summary(totals).items()), flush=True)
+json.dump({"tasks": tasks, "max_new_tokens": 128, "prompts": len(prompts), "runs": summary(totals)}, open(out, "w"), indent=1)

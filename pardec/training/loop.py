@@ -22,14 +22,21 @@ from .run_state import (adam_tensors, apply_update, heldout_tpf, read_history, r
                         step_stats, warmup_cosine, write_checkpoint)
 
 
+def lora_config(cfg: TrainConfig) -> adapters.LoRAConfig | None:
+    """The adapter a run trains (None for `full`): what prepare attaches, _save records and
+    _init_from checks, derived in one place."""
+    if cfg.adapter == "full":
+        return None
+    return adapters.LoRAConfig(cfg.adapter, cfg.lora_rank, cfg.lora_alpha, tuple(cfg.lora_targets))
+
+
 def prepare(model, cfg: TrainConfig) -> list[torch.nn.Parameter]:
     """Make the adapter's parameters (or all, for `full`) trainable; return them."""
     if cfg.adapter == "full":
         for p in model.parameters():
             p.requires_grad_(True)
         return [p for p in model.parameters()]
-    adapters.attach(model, adapters.LoRAConfig(cfg.adapter, cfg.lora_rank, cfg.lora_alpha, tuple(cfg.lora_targets)),
-                    dtype=torch.float32)
+    adapters.attach(model, lora_config(cfg), dtype=torch.float32)
     return [p for p in model.parameters() if p.requires_grad]
 
 
@@ -112,11 +119,11 @@ def retrofit(model, mask_id: int, train: list[Example], heldout: list[list[int]]
 
 def _save(model, opt, out: Path, cfg, step, history, base_model, base_sha256, mask_id, names):
     tensors = dict(trainable_state(model, cfg)) | adam_tensors(opt, names)  # moments: for an exact resume
+    lora = lora_config(cfg)
     settings = checkpoint.CheckpointSettings(
         base_model=base_model, mask_token_id=mask_id, block_size=cfg.block_size, objective=cfg.objective,
         adapter=cfg.adapter, vocab_size=model.get_input_embeddings().weight.shape[0], base_sha256=base_sha256,
-        lora=None if cfg.adapter == "full" else dict(kind=cfg.adapter, rank=cfg.lora_rank, alpha=cfg.lora_alpha,
-                                                     targets=list(cfg.lora_targets)),
+        lora=None if lora is None else dataclasses.asdict(lora),  # targets: a JSON list
         training=dict(dataclasses.asdict(cfg), step=step),
     )
     write_checkpoint(out, lambda folder: checkpoint.save(folder, settings, tensors), history)
@@ -130,8 +137,10 @@ def _init_from(model, cfg: TrainConfig, base_model: str, mask_id: int) -> None:
     path = cfg.init_from
     settings = checkpoint.read_settings(path)
     checkpoint.check_fits(settings, path, base_model, mask_id, model.get_input_embeddings().weight.shape[0])
-    lora = None if cfg.adapter == "full" else dict(kind=cfg.adapter, rank=cfg.lora_rank, alpha=cfg.lora_alpha)
-    theirs = None if settings.lora is None else {k: settings.lora.get(k) for k in ("kind", "rank", "alpha")}
+    must_match = ("kind", "rank", "alpha")  # targets may be a subset: _load_trainable takes what the run adapts
+    mine = lora_config(cfg)
+    lora = None if mine is None else {k: getattr(mine, k) for k in must_match}
+    theirs = None if settings.lora is None else {k: settings.lora.get(k) for k in must_match}
     if settings.adapter != cfg.adapter or theirs != lora:
         raise PardecError(f"cannot start from '{path}': it is a {settings.adapter} checkpoint {theirs or ''}, "
                           f"this run trains {cfg.adapter} {lora or ''}")
