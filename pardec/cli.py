@@ -122,7 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_drafter_arg(b)
     b.add_argument("--methods", default="ar,threshold,eb,spec",
                    help="comma list; settings after @, e.g. ar,threshold@0.9,threshold@0.7,eb@gamma=0.5,"
-                        "spec@block_size=8,dflash; 'hf' = transformers' generate (greedy) for reference")
+                        "spec@block_size=8,dflash; 'hf' = transformers' generate (greedy) for reference; "
+                        "@adapter=PATH gives a method its own adapter (e.g. ar,spec,spec@adapter=runs/new "
+                        "compares two adapters against the same ar)")
     b.add_argument("--task", default="humaneval",
                    help="humaneval | gsm8k | mtbench | jsonl:PATH; several in one run with inclusive ranges, "
                         "e.g. humaneval:0-79,mtbench:0-19 (prompts interleaved, one table per task)")
@@ -167,10 +169,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--ntp-weight", type=float, default=t.ntp_weight, help="sbd: next-token loss weight")
     r.add_argument("--decay", type=float, default=None, help="position-decayed loss weights exp(-j/decay)")
     r.add_argument("--init-from", metavar="CHECKPOINT",
-                   help="start from this checkpoint's weights (same --kind and --rank; block size, objective, "
-                        "data and a subset of its --targets may differ); a fresh optimizer and schedule")
-    r.add_argument("--rank", type=int, default=t.lora_rank)
-    r.add_argument("--alpha", type=float, default=t.lora_alpha)
+                   help="start from this checkpoint's weights (same --kind; block size, objective, data, a "
+                        "subset of its --targets and a larger --rank may differ: a larger rank starts from "
+                        "exactly the checkpoint's update); a fresh optimizer and schedule")
+    r.add_argument("--rank", type=int, default=t.lora_rank, help=f"LoRA rank (default {t.lora_rank})")
+    r.add_argument("--alpha", type=float, default=t.lora_alpha,
+                   help=f"LoRA alpha: the update is scaled by alpha / rank (default {t.lora_alpha:g})")
     r.add_argument("--targets", default="all",
                    help="linear layers to adapt in every transformer layer: all (default), attention "
                         "(q/k/v/o), mlp (gate/up/down), or a comma list of names such as q_proj,v_proj; "
@@ -281,39 +285,43 @@ def _generate(args) -> None:
 
 
 def _bench(args) -> None:
+    import dataclasses
     import shlex
     from pathlib import Path
 
     import torch
 
     from . import checkpoint
-    import dataclasses
-
     from .api import load_drafter, load_model
-    from .bench.runner import parse_methods, read_log, run_bench, write
+    from .bench.runner import parse_methods, read_log, run_bench, sets_block_size, write
     from .bench.tasks import load_tasks
     from .decoding import DecodeConfig
 
     block_size = _default_block_size(args) if args.block_size is None else args.block_size
     specs = parse_methods(args.methods, DecodeConfig(max_new_tokens=args.max_new_tokens, block_size=block_size))
+    own = list(dict.fromkeys(s.adapter for s in specs if s.adapter is not None))
+    for path in own:  # fail before any model loads
+        checkpoint.read_settings(path)
+    if args.block_size is None:
+        # A method with an adapter of its own decodes with that adapter's trained D unless its label sets D.
+        specs = [dataclasses.replace(s, config=dataclasses.replace(
+                     s.config, block_size=checkpoint.read_settings(s.adapter).block_size))
+                 if s.adapter is not None and not sets_block_size(s.label) else s for s in specs]
     items = load_tasks(args.task, args.limit, args.offset)
     dtype = getattr(torch, args.dtype)
     model, tok, mask_id = load_model(args.model, dtype, args.adapter)
     adapter = checkpoint.resolve_adapter(args.model, args.adapter)
+    adapter_models = {path: load_model(args.model, dtype, path)[0] for path in own}
     drafter = None
     if any(s.config.method == "dflash" for s in specs):
         drafter = load_drafter(args.model, model, mask_id, args.drafter)
         if drafter is None:
             raise PardecError(f"method dflash needs a drafter: none is bundled for '{args.model}'; pass --drafter")
         # dflash runs at the drafter's block size unless the label sets one (dflash@6, dflash@block_size=6).
-        def explicit(label):
-            return any("=" not in part or part.split("=")[0].replace("-", "_") == "block_size"
-                       for part in label.split("@")[1:])
-
         specs = [dataclasses.replace(s, config=dataclasses.replace(s.config, block_size=drafter.cfg.block_size))
-                 if s.config.method == "dflash" and not explicit(s.label) else s for s in specs]
+                 if s.config.method == "dflash" and not sets_block_size(s.label) else s for s in specs]
     nll_model = None
-    if adapter is not None and checkpoint.read_settings(adapter).adapter != "gated-lora":
+    if any(checkpoint.read_settings(a).adapter != "gated-lora" for a in [*own, *([adapter] if adapter else [])]):
         # NLL is measured under the untouched base model. A gated adapter is off in plain forwards,
         # so there the adapted model already is the base model.
         nll_model = load_model(args.model, dtype, "none")[0]
@@ -328,9 +336,9 @@ def _bench(args) -> None:
     else:
         progress.unlink(missing_ok=True)
     result = run_bench(model, tok, mask_id, items, specs, args.task, nll_model, chat=not args.no_chat,
-                       drafter=drafter, log=progress, done=done)
+                       drafter=drafter, log=progress, done=done, adapter_models=adapter_models)
     command = "pardec " + " ".join(shlex.quote(a) for a in args.argv)
-    write(result, out, command)
+    write(result, out, command, None if adapter is None else str(adapter))
     progress.unlink()  # samples.jsonl now holds every run
     from .bench.runner import markdown_table
 

@@ -39,9 +39,31 @@ def test_method_specs_parse_and_reject_nonsense():
     specs = parse_methods("threshold@0.7,eb@gamma=0.25,spec@8@temperature=0", DecodeConfig())
     assert [s.label for s in specs][0] == "ar"  # added: every speedup is relative to it
     assert specs[1].config.threshold == 0.7 and specs[2].config.gamma == 0.25 and specs[3].config.block_size == 8
-    for bad in ("beam", "spec@colour=3", "threshold@high", "ar,ar", "threshold@1.5"):
+    for bad in ("beam", "spec@colour=3", "threshold@high", "ar,ar", "threshold@1.5", "spec@adapter=",
+                "dflash@adapter=x", "hf@adapter=x"):
         with pytest.raises(PardecError):
             parse_methods(bad, DecodeConfig())
+    own = parse_methods("spec@adapter=runs/a=b@6,spec@adapter=runs/c", DecodeConfig())
+    assert [s.adapter for s in own] == [None, "runs/a=b", "runs/c"] and own[1].config.block_size == 6
+
+
+def test_a_method_with_an_adapter_of_its_own_decodes_with_that_model(tiny_dir):
+    from pardec.api import load_model
+    from pardec.bench.runner import run_bench
+    from pardec.bench.tasks import Item
+
+    model, tok, mask_id = load_model(tiny_dir, torch.float32, "none")
+    other = load_model(tiny_dir, torch.float32, "none")[0]
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(torch.randn_like(p))  # a different model: its greedy text differs from ar's
+    items = [Item(f"a/{i}", w, {}, "a") for i, w in enumerate(["hello world", "the cat sat", "one two"])]
+    specs = parse_methods("ar,ar@adapter=x,spec@3", DecodeConfig(max_new_tokens=6, block_size=3))
+    res = run_bench(model, tok, mask_id, items, specs, "a", progress=False, adapter_models={"x": other})
+    recs = {r["method"]: r for r in res["records"]}
+    assert recs["spec@3"]["identical_to_ar"] == 1.0 and recs["ar@adapter=x"]["identical_to_ar"] < 1.0
+    assert recs["ar@adapter=x"]["adapter"] == "x" and recs["ar"]["adapter"] is None
 
 
 def test_several_tasks_load_interleaved_with_inclusive_ranges():

@@ -32,11 +32,24 @@ HF = "hf"  # transformers' own generate, greedy: a reference for pardec's AR loo
 class MethodSpec:
     label: str  # as given, e.g. "threshold@0.7"
     config: DecodeConfig
+    adapter: str | None = None  # a checkpoint folder of its own (spec@adapter=PATH); None: the run's model
+
+
+def sets_block_size(label: str) -> bool:
+    """Whether a method label sets D itself (spec@6, spec@block_size=6), so no adapter's or drafter's
+    trained D replaces it."""
+    name = label.split("@")[0]
+    for part in label.split("@")[1:]:
+        key = part.partition("=")[0].replace("-", "_") if "=" in part else PRIMARY.get(name)
+        if key == "block_size":
+            return True
+    return False
 
 
 def parse_methods(text: str, base: DecodeConfig) -> list[MethodSpec]:
     """'ar,threshold@0.9,eb@gamma=0.5,spec@block_size=8@temperature=0' -> specs; `ar` is added first
-    if missing, since every speedup is relative to it."""
+    if missing, since every speedup is relative to it. `@adapter=PATH` gives a method an adapter of
+    its own, to compare adapters against the same `ar` in one run."""
     specs = []
     fields = {f.name: f.type for f in dataclasses.fields(DecodeConfig)}
     ints = {name for name, kind in fields.items() if str(kind).startswith("int")}  # the rest are floats
@@ -44,8 +57,14 @@ def parse_methods(text: str, base: DecodeConfig) -> list[MethodSpec]:
         name, *settings = label.split("@")
         if name not in (*METHODS, HF):
             raise PardecError(f"unknown method '{name}' in --methods: choose from {', '.join((*METHODS, HF))}")
-        kw = {}
+        kw, adapter = {}, None
         for s in settings:
+            if s.startswith("adapter="):
+                adapter = s.partition("=")[2]
+                if not adapter or name in ("dflash", HF):
+                    raise PardecError(f"bad setting '{s}' in '{label}': adapter=PATH applies to "
+                                      f"{', '.join(m for m in METHODS if m != 'dflash')}")
+                continue
             key, _, value = s.rpartition("=")
             key = key.replace("-", "_") or PRIMARY.get(name)
             if key is None or key not in fields or key in ("method", "stop"):
@@ -55,7 +74,7 @@ def parse_methods(text: str, base: DecodeConfig) -> list[MethodSpec]:
             except ValueError:
                 raise PardecError(f"bad value '{value}' in '{label}'") from None
         method = "ar" if name == HF else name
-        specs.append(MethodSpec(label, dataclasses.replace(base, method=method, **kw)))
+        specs.append(MethodSpec(label, dataclasses.replace(base, method=method, **kw), adapter))
     if not any(s.label == "ar" for s in specs):
         specs.insert(0, MethodSpec("ar", dataclasses.replace(base, method="ar")))
     if len({s.label for s in specs}) != len(specs):
@@ -92,11 +111,17 @@ def _score(item: Item, text: str) -> float | None:
 
 def run_bench(model, tokenizer, mask_id: int, items: list[Item], specs: list[MethodSpec], task: str,
               nll_model=None, chat: bool = True, progress: bool = True, drafter=None,
-              log: Path | None = None, done: dict[tuple[str, str, str], dict] | None = None) -> dict:
+              log: Path | None = None, done: dict[tuple[str, str, str], dict] | None = None,
+              adapter_models: dict | None = None) -> dict:
     """`log`: a JSONL file that gets every finished run at once, so a long run that is stopped keeps
     what it measured. `done`: runs of an earlier, stopped run (as logged), keyed by (method label,
-    task, item id); they are reused, not rerun."""
+    task, item id); they are reused, not rerun. `adapter_models`: for specs with an adapter of their
+    own, the same base model with that adapter, keyed by the spec's `adapter`."""
     done = done or {}
+
+    def model_for(s: MethodSpec):
+        return model if s.adapter is None else adapter_models[s.adapter]
+
     nll_model = nll_model or model
     stops = stop_token_ids(model, tokenizer)
     prompts = [encode_prompt(tokenizer, it.prompt, chat) for it in items]
@@ -106,7 +131,7 @@ def run_bench(model, tokenizer, mask_id: int, items: list[Item], specs: list[Met
         if s.label == HF:
             _hf_generate(model, prompts[0], warm, mask_id, stops)
         else:
-            decode(model, prompts[:1], warm, mask_id, stops, drafter=drafter)
+            decode(model_for(s), prompts[:1], warm, mask_id, stops, drafter=drafter)
     per = {s.label: [] for s in specs}
     bar = tqdm(total=len(items) * len(specs), desc="bench", unit="run", disable=not progress)
     for i, (item, ids) in enumerate(zip(items, prompts)):
@@ -121,7 +146,7 @@ def run_bench(model, tokenizer, mask_id: int, items: list[Item], specs: list[Met
             if s.label == HF:
                 tokens, forwards, steps, seconds = _hf_generate(model, ids, s.config, mask_id, stops)
             else:
-                r = decode(model, [ids], s.config, mask_id, stops, drafter=drafter)[0]
+                r = decode(model_for(s), [ids], s.config, mask_id, stops, drafter=drafter)[0]
                 tokens, forwards, steps, seconds = r.tokens, r.forwards, r.accepted_per_step, r.seconds
             text = tokenizer.decode(tokens, skip_special_tokens=True)
             per[s.label].append(dict(id=item.id, tokens=tokens, forwards=forwards, steps=steps,
@@ -171,6 +196,7 @@ def summarize(per: dict[str, list[dict]], specs: list[MethodSpec], task: str | N
         records.append(dict(
             method=s.label,
             config={k: v for k, v in dataclasses.asdict(s.config).items() if k != "stop"},
+            adapter=s.adapter,  # None: the run's adapter (meta)
             prompts=len(runs),
             new_tokens=sum(len(r["tokens"]) for r in runs),
             forwards=sum(r["forwards"] for r in runs),
@@ -250,9 +276,10 @@ def plot(result: dict, out: Path) -> list[Path]:
     return paths
 
 
-def write(result: dict, out: Path, command: str) -> None:
+def write(result: dict, out: Path, command: str, adapter: str | None = None) -> None:
+    """`adapter`: the checkpoint the run's model carries (methods without an adapter of their own)."""
     out.mkdir(parents=True, exist_ok=True)
-    meta = dict(command=command, torch=torch.__version__, threads=torch.get_num_threads())
+    meta = dict(command=command, adapter=adapter, torch=torch.__version__, threads=torch.get_num_threads())
     (out / "results.json").write_text(json.dumps(dict(meta=meta, task=result["task"], records=result["records"],
                                                       by_task=result["by_task"]), indent=2) + "\n")
     (out / "samples.jsonl").write_text("".join(
