@@ -150,8 +150,12 @@ def test_retrofit_from_two_files_warm_started_sets_the_default_block_size(tiny_d
     code, _, err = run_cli(capsys, *common, "--out", str(tmp_path / "d5"), "--block-size", "5",
                            "--init-from", str(tmp_path / "d3"))
     assert code == 0, err
-    code, _, err = run_cli(capsys, *common, "--out", str(tmp_path / "r8"), "--rank", "8", "--init-from", str(tmp_path / "d3"))
-    assert code == 2 and "cannot start from" in err
+    code, _, err = run_cli(capsys, *common, "--out", str(tmp_path / "r2"), "--rank", "2", "--init-from", str(tmp_path / "d3"))
+    assert code == 2 and "cannot start from" in err and "of rank 2 (not less)" in err
+    code, _, err = run_cli(capsys, *common, "--out", str(tmp_path / "r8"), "--rank", "8", "--alpha", "16",
+                           "--init-from", str(tmp_path / "d3"))
+    assert code == 0, err
+    assert json.loads((tmp_path / "r8" / "pardec.json").read_text())["lora"]["rank"] == 8
     code, _, err = run_cli(capsys, *common, "--out", str(tmp_path / "att"), "--targets", "attention",
                            "--init-from", str(tmp_path / "d3"))
     assert code == 0, err
@@ -172,3 +176,16 @@ def test_retrofit_from_two_files_warm_started_sets_the_default_block_size(tiny_d
     code, _, err = run_cli(capsys, *bench, "--block-size", "2", "--out", str(tmp_path / "b2"))
     recs = {r["method"]: r for r in json.loads((tmp_path / "b2" / "results.json").read_text())["records"]}
     assert code == 0 and recs["spec"]["config"]["block_size"] == 2
+    # Two adapters against the same ar in one run; each decodes with its own trained D, both lossless.
+    other = f"spec@adapter={tmp_path / 'd3'}"
+    code, _, err = run_cli(capsys, *bench[:-5], "ar,spec," + other, *bench[-4:], "--out", str(tmp_path / "b3"))
+    assert code == 0, err
+    res = json.loads((tmp_path / "b3" / "results.json").read_text())
+    recs = {r["method"]: r for r in res["records"]}
+    assert res["meta"]["adapter"] == str(tmp_path / "d5") and recs["spec"]["adapter"] is None
+    assert recs[other]["adapter"] == str(tmp_path / "d3") and recs[other]["config"]["block_size"] == 3
+    assert recs["spec"]["config"]["block_size"] == 5
+    assert recs[other]["identical_to_ar"] == 1.0 and recs["spec"]["identical_to_ar"] == 1.0
+    code, _, err = run_cli(capsys, *bench[:-5], "ar,spec@adapter=" + str(tmp_path / "nothing"), *bench[-4:],
+                           "--out", str(tmp_path / "b4"))
+    assert code == 2 and "not a pardec checkpoint" in err

@@ -168,12 +168,35 @@ def test_init_from_warm_starts_with_another_block_size_and_refuses_another_rank(
     for k in sa:
         torch.testing.assert_close(sb[k], sa[k], rtol=1e-5, atol=1e-7)
     assert len(hist) == 1 and checkpoint.read_settings(tmp_path / "b").training["init_from"] == str(tmp_path / "a")
-    with pytest.raises(PardecError, match="cannot start from"):
+    with pytest.raises(PardecError, match="cannot start from"):  # a smaller rank would lose the update
         retrofit(tiny_model("llama", vocab=VOCAB)[0], mask_id, data, [], train_cfg(lora_rank=4, init_from=str(tmp_path / "a")),
                  tmp_path / "c", "tiny", None, progress=False)
     with pytest.raises(PardecError, match="base model"):
         retrofit(tiny_model("llama", vocab=VOCAB)[0], mask_id, data, [], cfg, tmp_path / "d", "other", None,
                  progress=False)
+
+
+def test_init_from_a_smaller_rank_starts_from_the_same_update_and_trains_the_extra_rank(tmp_path):
+    data = counting_examples(8)
+    first, mask_id = tiny_model("llama", vocab=VOCAB)
+    retrofit(first, mask_id, data, [], train_cfg(steps=3, eval_every=3), tmp_path / "a", "tiny", None, progress=False)
+    # Rank 8 (alpha 16, scale 2) -> rank 16 with alpha 8 (scale 0.5): the same update, another scale.
+    grown, _ = tiny_model("llama", vocab=VOCAB)
+    cfg = train_cfg(steps=1, eval_every=1, lr=1e-12, lora_rank=16, lora_alpha=8, init_from=str(tmp_path / "a"))
+    retrofit(grown, mask_id, data, [], cfg, tmp_path / "b", "tiny", None, progress=False)
+    old, new = adapters.lora_modules(first), adapters.lora_modules(grown)
+    x = torch.randn(3, 5, next(iter(old.values())).lora_a.shape[1])
+    for name, m in old.items():
+        assert new[name].lora_a.shape[0] == 16 and m.lora_a.shape[0] == 8
+        if m.lora_a.shape[1] == x.shape[-1]:
+            torch.testing.assert_close(new[name]._low_rank(x) * new[name].scale, m._low_rank(x) * m.scale,
+                                       rtol=1e-4, atol=1e-6)
+    assert all(m.lora_a[8:].abs().sum() > 0 for m in new.values())  # random: B's new columns get gradients
+    # Trained on, the extra rank moves off zero.
+    more = train_cfg(steps=2, eval_every=2, lora_rank=16, lora_alpha=8, init_from=str(tmp_path / "a"))
+    third, _ = tiny_model("llama", vocab=VOCAB)
+    retrofit(third, mask_id, data, [], more, tmp_path / "c", "tiny", None, progress=False)
+    assert any(m.lora_b[:, 8:].abs().max() > 0 for m in adapters.lora_modules(third).values())
 
 
 def test_init_from_keeps_a_subset_of_targets_and_the_checkpoint_loads_only_those(tmp_path):

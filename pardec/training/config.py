@@ -34,8 +34,8 @@ class TrainConfig:
     eval_every: int = 50  # steps between checkpoints (with a held-out TPF check)
     eval_prompts: int = 4
     eval_max_new_tokens: int = 48
-    init_from: str | None = None  # warm start from this checkpoint's weights (same kind and rank; any D,
-    # and any subset of its targets)
+    init_from: str | None = None  # warm start from this checkpoint's weights (same kind, rank >= its
+    # rank; any D, and any subset of its targets)
 
     def __post_init__(self):
         if self.objective not in OBJECTIVES:

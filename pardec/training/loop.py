@@ -131,20 +131,39 @@ def _save(model, opt, out: Path, cfg, step, history, base_model, base_sha256, ma
 
 def _init_from(model, cfg: TrainConfig, base_model: str, mask_id: int) -> None:
     """Warm start: the weights of an earlier checkpoint, with a fresh optimizer and schedule. Only the
-    kind and rank must match; block size, objective and data may change (e.g. D 4 -> 8), and the run may
-    adapt a subset of the checkpoint's layers (e.g. attention only: their tensors are taken, the rest
-    dropped)."""
+    kind must match. Block size, objective and data may change (e.g. D 4 -> 8); the run may adapt a
+    subset of the checkpoint's layers (e.g. attention only: their tensors are taken, the rest dropped);
+    and its rank may be larger (more capacity, starting from exactly the checkpoint's update)."""
     path = cfg.init_from
     settings = checkpoint.read_settings(path)
     checkpoint.check_fits(settings, path, base_model, mask_id, model.get_input_embeddings().weight.shape[0])
-    must_match = ("kind", "rank", "alpha")  # targets may be a subset: _load_trainable takes what the run adapts
-    mine = lora_config(cfg)
-    lora = None if mine is None else {k: getattr(mine, k) for k in must_match}
-    theirs = None if settings.lora is None else {k: settings.lora.get(k) for k in must_match}
-    if settings.adapter != cfg.adapter or theirs != lora:
-        raise PardecError(f"cannot start from '{path}': it is a {settings.adapter} checkpoint {theirs or ''}, "
-                          f"this run trains {cfg.adapter} {lora or ''}")
-    _load_trainable(model, cfg, path)
+    mine, theirs = lora_config(cfg), settings.lora
+    if (settings.adapter != cfg.adapter or (mine is None) != (theirs is None)
+            or (mine is not None and theirs["rank"] > mine.rank)):
+        shown = "" if theirs is None else f"of rank {theirs['rank']}"
+        raise PardecError(f"cannot start from '{path}': it is a {settings.adapter} checkpoint {shown}; this run "
+                          f"trains {cfg.adapter}" + ("" if mine is None else f" of rank {mine.rank} (not less)"))
+    if mine is None:
+        _load_trainable(model, cfg, path)
+    else:
+        _load_grown(model, path, theirs["rank"], theirs["alpha"] / theirs["rank"])
+
+
+@torch.no_grad()
+def _load_grown(model, path, rank: int, scale: float) -> None:
+    """Copy a checkpoint's LoRA tensors (rank `rank`, update scale `scale`) into this run's adapters,
+    which may have a larger rank and another scale. A's extra rows keep their random init and B's
+    extra columns are zero, so the update x A^T B^T * scale is exactly the checkpoint's at step 0;
+    the extra rank trains from there."""
+    tensors = checkpoint.read_weights(path)
+    for name, m in adapters.lora_modules(model).items():
+        a, b = tensors.get(f"{name}.lora_a"), tensors.get(f"{name}.lora_b")
+        if a is None or b is None or a.shape[1:] != m.lora_a.shape[1:] or b.shape[:1] != m.lora_b.shape[:1] \
+                or a.shape[0] != rank or b.shape[1] != rank:
+            raise PardecError(f"checkpoint '{path}' does not fit this run (tensor '{name}.lora_a')")
+        m.lora_a[:rank] = a
+        m.lora_b.zero_()
+        m.lora_b[:, :rank] = b.float() * (scale / m.scale)
 
 
 def _resume(model, opt, path, cfg: TrainConfig, names) -> tuple[int, list[dict]]:
