@@ -34,7 +34,8 @@ def test_code_prompts_come_from_the_standard_library():
     assert all(p["prompt"].startswith("Write a Python function `") for p in prompts)
 
 
-@pytest.mark.parametrize("source", ["builtin:chat", "builtin:code-methods", "builtin:code-tasks", "builtin:code-tasks2"])
+@pytest.mark.parametrize("source", ["builtin:chat", "builtin:code-methods", "builtin:code-tasks", "builtin:code-tasks2",
+                                    "builtin:code-complete"])
 def test_generated_prompts_are_distinct_and_clear_of_the_benchmarks(source):
     prompts = read_prompt_source(source)
     texts = [p["prompt"] for p in prompts]
@@ -47,6 +48,23 @@ def test_the_second_code_task_set_repeats_no_prompt_of_the_first():
     first = {p["prompt"] for p in read_prompt_source("builtin:code-tasks")}
     second = {p["prompt"] for p in read_prompt_source("builtin:code-tasks2")}
     assert len(second) > 1000 and not first & second
+
+
+def test_completion_prompts_are_valid_python_headers_in_the_humaneval_format():
+    import ast
+
+    from pardec.bench.tasks import HUMANEVAL_INSTRUCTION
+
+    head, tail = HUMANEVAL_INSTRUCTION.split("{prompt}")
+    prompts = read_prompt_source("builtin:code-complete")
+    assert len(prompts) > 500 and any(p["id"] == "complete/shlex.quote" for p in prompts)
+    assert not any(p["id"].endswith("hook") for p in prompts)  # state a host may replace: not stable text
+    for p in prompts:
+        assert p["prompt"].startswith(head) and p["prompt"].endswith(tail)
+        stub = p["prompt"][len(head) : -len(tail)]
+        tree = ast.parse(stub + "    pass\n")  # a header and a docstring: a function once it has a body
+        fn = tree.body[0]
+        assert isinstance(fn, ast.FunctionDef) and fn.name == p["id"].rsplit(".", 1)[1] and ast.get_docstring(fn)
 
 
 def test_method_prompts_do_not_repeat_the_function_prompts():

@@ -7,11 +7,9 @@ from dataclasses import dataclass, field
 
 from ..datafiles import package_file, read_jsonl
 from ..errors import PardecError
+# One text: the self-distilled builtin:code-complete answers share the format of HumanEval's.
+from ..training.sources import COMPLETE_INSTRUCTION as HUMANEVAL_INSTRUCTION
 
-HUMANEVAL_INSTRUCTION = (
-    "Complete the following Python function. Answer with the whole function in one ```python code "
-    "block.\n\n```python\n{prompt}```"
-)
 GSM8K_INSTRUCTION = "{question}\nReason step by step, then give the final answer as a number after '####'."
 
 

@@ -7,13 +7,16 @@ Built-in, offline sources:
 - `builtin:code`: code-writing requests built from the signatures and docstrings of the standard
   library's public functions;
 - `builtin:code-methods`: the same for the methods of builtin types and of those modules' classes;
-- `builtin:code-tasks`: common programming tasks x kinds of request (write, test, explain, optimise).
+- `builtin:code-tasks`: common programming tasks x kinds of request (write, test, explain, optimise);
+- `builtin:code-complete`: "complete this function" requests, HumanEval's format (a signature and a
+  docstring to complete), built from the functions of a wider set of standard library modules.
 No item of HumanEval, GSM8K or the MT-bench questions may enter training data: `ContaminationFilter`
 drops prompts that share a long word n-gram with any of them (or contain a short one whole).
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import json
@@ -34,6 +37,24 @@ STDLIB_MODULES = (
     "platform", "sysconfig", "tarfile", "zipfile", "wave", "graphlib", "contextlib", "weakref",
 )
 
+# More modules for builtin:code-complete (imported without side effects, unlike e.g. `antigravity`).
+MORE_STDLIB_MODULES = (
+    "os", "logging", "traceback", "threading", "codecs", "dis", "pkgutil", "socket", "tempfile", "fileinput",
+    "ntpath", "ftplib", "imghdr", "ssl", "subprocess", "linecache", "mailcap", "signal", "warnings",
+    "compileall", "email", "getpass", "imaplib", "plistlib", "timeit", "types", "bdb", "bz2", "importlib",
+    "lzma", "pickle", "pickletools", "doctest", "queue", "sched", "selectors", "smtplib", "poplib", "netrc",
+    "filecmp", "gettext", "optparse", "getopt", "cmd", "codeop", "py_compile", "shelve", "sqlite3",
+    "concurrent.futures", "asyncio", "runpy", "zipimport", "zipapp", "stringprep", "mailbox", "xml.dom.minidom",
+    "xml.etree.ElementTree", "xml.sax.saxutils", "http.client", "urllib.request", "wsgiref.util",
+    "email.header", "email.message", "json.decoder", "unittest", "trace", "pstats", "reprlib", "numbers",
+    "abc", "io", "struct", "array", "site", "webbrowser", "tabnanny", "symtable", "token",
+)
+# The instruction `pardec bench` gives HumanEval items: completions of this source share their format.
+COMPLETE_INSTRUCTION = (
+    "Complete the following Python function. Answer with the whole function in one ```python code "
+    "block.\n\n```python\n{prompt}```"
+)
+
 
 def _words(text: str) -> list[str]:
     return re.findall(r"[a-z0-9]+", text.lower())
@@ -49,9 +70,9 @@ def sharegpt_prompts() -> list[dict]:
     return out
 
 
-def _stdlib_modules():
-    """(name, module) for each of STDLIB_MODULES that this Python has."""
-    for mod_name in STDLIB_MODULES:
+def _stdlib_modules(names: tuple[str, ...] = STDLIB_MODULES):
+    """(name, module) for each of `names` that this Python has."""
+    for mod_name in names:
         try:
             yield mod_name, importlib.import_module(mod_name)
         except Exception:  # a module missing on this Python is simply skipped
@@ -117,6 +138,49 @@ def method_prompts() -> list[dict]:
                           f"that takes the object's data as its first argument. What it should do: {summary}\n"
                           f"Explain the approach in two sentences, then give the code.",
             })
+    return out
+
+
+def _stub(name: str, sig: str, doc: str) -> str | None:
+    """A function header with its docstring (at most 12 lines), as HumanEval states a task; None when
+    it would not be valid Python (a docstring that cannot be quoted as is, a default shown as
+    `<class 'dict'>`)."""
+    if '"""' in doc or "\\" in doc:
+        return None
+    lines = doc.strip().splitlines()[:12]
+    body = "\n".join(("    " + line).rstrip() for line in lines)
+    stub = f'def {name}{sig}:\n    """{body.lstrip()}\n    """\n'
+    try:
+        ast.parse(stub + "    pass\n")
+    except SyntaxError:
+        return None
+    return stub
+
+
+def complete_prompts() -> list[dict]:
+    """HumanEval-format requests for the documented public functions of STDLIB_MODULES and
+    MORE_STDLIB_MODULES, one per distinct summary. Signatures that print an object's address (a
+    default such as `<object object at 0x...>`) are left out: their text changes from run to run."""
+    out, seen = [], set()
+    for mod_name, mod in _stdlib_modules(STDLIB_MODULES + MORE_STDLIB_MODULES):
+        for name, fn in sorted(vars(mod).items()):
+            # Hooks (threading.excepthook, ...) are state that a host such as pytest replaces.
+            if name.startswith("_") or name.endswith("hook") or not (inspect.isfunction(fn) or inspect.isbuiltin(fn)):
+                continue
+            if getattr(fn, "__module__", None) not in (mod.__name__, None) and inspect.isfunction(fn):
+                continue  # imported from elsewhere: asked for where it is defined
+            summary = _summary(fn)
+            if len(summary) < 20 or summary in seen:
+                continue
+            try:
+                sig = str(inspect.signature(fn))
+            except (TypeError, ValueError):
+                continue
+            stub = _stub(name, sig, inspect.getdoc(fn) or "")
+            if stub is None or " at 0x" in sig:
+                continue
+            seen.add(summary)
+            out.append({"id": f"complete/{mod_name}.{name}", "prompt": COMPLETE_INSTRUCTION.format(prompt=stub)})
     return out
 
 
@@ -268,6 +332,7 @@ SOURCES = {
     "builtin:code-methods": method_prompts,
     "builtin:code-tasks": code_task_prompts,
     "builtin:code-tasks2": code_task_prompts_2,
+    "builtin:code-complete": complete_prompts,
     "builtin:chat": chat_prompts,
     "builtin:sharegpt": sharegpt_prompts,
 }
