@@ -21,6 +21,8 @@ base = DecodeConfig(block_size=8, max_new_tokens=max_new)
 for spec in parse_methods(methods, base):
     if spec.label == "ar":
         continue
+    if spec.adapter is not None:
+        sys.exit(f"{spec.label}: give the adapter as the ADAPTER argument (one model per run here)")
     tokens = forwards = 0
     for i in range(0, len(prompts), 12):  # batches of 12 rows: little padding, bounded memory
         for r in decode(model, prompts[i : i + 12], spec.config, mask_id, stop_token_ids(model, tok)):
