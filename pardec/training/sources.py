@@ -168,7 +168,7 @@ def complete_prompts() -> list[dict]:
             if name.startswith("_") or name.endswith("hook") or not (inspect.isfunction(fn) or inspect.isbuiltin(fn)):
                 continue
             if getattr(fn, "__module__", None) not in (mod.__name__, None) and inspect.isfunction(fn):
-                continue  # imported from elsewhere: asked for where it is defined
+                continue  # imported from elsewhere: only the defining module (if listed) asks for it
             summary = _summary(fn)
             if len(summary) < 20 or summary in seen:
                 continue
