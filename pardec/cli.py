@@ -293,20 +293,18 @@ def _bench(args) -> None:
 
     from . import checkpoint
     from .api import load_drafter, load_model
-    from .bench.runner import parse_methods, read_log, run_bench, sets_block_size, write
+    from .bench.runner import parse_methods, read_log, run_bench, write
     from .bench.tasks import load_tasks
     from .decoding import DecodeConfig
 
     block_size = _default_block_size(args) if args.block_size is None else args.block_size
     specs = parse_methods(args.methods, DecodeConfig(max_new_tokens=args.max_new_tokens, block_size=block_size))
-    own = list(dict.fromkeys(s.adapter for s in specs if s.adapter is not None))
-    for path in own:  # fail before any model loads
-        checkpoint.read_settings(path)
+    # Each method's own adapter, read once (and before any model loads, so a bad path fails fast).
+    own = {s.adapter: checkpoint.read_settings(s.adapter) for s in specs if s.adapter is not None}
     if args.block_size is None:
         # A method with an adapter of its own decodes with that adapter's trained D unless its label sets D.
-        specs = [dataclasses.replace(s, config=dataclasses.replace(
-                     s.config, block_size=checkpoint.read_settings(s.adapter).block_size))
-                 if s.adapter is not None and not sets_block_size(s.label) else s for s in specs]
+        specs = [dataclasses.replace(s, config=dataclasses.replace(s.config, block_size=own[s.adapter].block_size))
+                 if s.adapter is not None and "block_size" not in s.sets else s for s in specs]
     items = load_tasks(args.task, args.limit, args.offset)
     dtype = getattr(torch, args.dtype)
     model, tok, mask_id = load_model(args.model, dtype, args.adapter)
@@ -319,9 +317,10 @@ def _bench(args) -> None:
             raise PardecError(f"method dflash needs a drafter: none is bundled for '{args.model}'; pass --drafter")
         # dflash runs at the drafter's block size unless the label sets one (dflash@6, dflash@block_size=6).
         specs = [dataclasses.replace(s, config=dataclasses.replace(s.config, block_size=drafter.cfg.block_size))
-                 if s.config.method == "dflash" and not sets_block_size(s.label) else s for s in specs]
+                 if s.config.method == "dflash" and "block_size" not in s.sets else s for s in specs]
     nll_model = None
-    if any(checkpoint.read_settings(a).adapter != "gated-lora" for a in [*own, *([adapter] if adapter else [])]):
+    kinds = [o.adapter for o in own.values()] + ([checkpoint.read_settings(adapter).adapter] if adapter else [])
+    if any(kind != "gated-lora" for kind in kinds):
         # NLL is measured under the untouched base model. A gated adapter is off in plain forwards,
         # so there the adapted model already is the base model.
         nll_model = load_model(args.model, dtype, "none")[0]

@@ -33,17 +33,7 @@ class MethodSpec:
     label: str  # as given, e.g. "threshold@0.7"
     config: DecodeConfig
     adapter: str | None = None  # a checkpoint folder of its own (spec@adapter=PATH); None: the run's model
-
-
-def sets_block_size(label: str) -> bool:
-    """Whether a method label sets D itself (spec@6, spec@block_size=6), so no adapter's or drafter's
-    trained D replaces it."""
-    name = label.split("@")[0]
-    for part in label.split("@")[1:]:
-        key = part.partition("=")[0].replace("-", "_") if "=" in part else PRIMARY.get(name)
-        if key == "block_size":
-            return True
-    return False
+    sets: frozenset[str] = frozenset()  # the DecodeConfig fields the label sets (no trained D overrides them)
 
 
 def parse_methods(text: str, base: DecodeConfig) -> list[MethodSpec]:
@@ -74,7 +64,7 @@ def parse_methods(text: str, base: DecodeConfig) -> list[MethodSpec]:
             except ValueError:
                 raise PardecError(f"bad value '{value}' in '{label}'") from None
         method = "ar" if name == HF else name
-        specs.append(MethodSpec(label, dataclasses.replace(base, method=method, **kw), adapter))
+        specs.append(MethodSpec(label, dataclasses.replace(base, method=method, **kw), adapter, frozenset(kw)))
     if not any(s.label == "ar" for s in specs):
         specs.insert(0, MethodSpec("ar", dataclasses.replace(base, method="ar")))
     if len({s.label for s in specs}) != len(specs):
