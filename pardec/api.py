@@ -1,25 +1,20 @@
 """The Python API: text prompts in, texts and statistics out.
 
-    from pardec import load_model, generate, DecodeConfig
-    model, tok, mask_id = load_model("smollm2-135m", dtype=torch.float32)
-    outs = generate(model, tok, ["Write a haiku."], DecodeConfig(method="spec"), mask_id=mask_id)
+    from pardec import DecodeConfig, generate, load_model
+    lm = load_model("smollm2-135m", dtype=torch.float32)
+    outs = generate(lm, ["Write a haiku."], DecodeConfig(method="spec"))
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any
 
-import torch
-
-from . import checkpoint, models
-from .decoding import DecodeConfig, decode
-from .errors import PardecError
-from .surgery import add_mask_token
-
-# End-of-turn tokens of the chat templates we know; used when present in the vocabulary.
-END_OF_TURN = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "</s>")
-
+from . import methods  # noqa: F401  (registers the methods with models of their own)
+from .decoding import METHODS, DecodeConfig, decode
+from .model import LoadedModel
 
 @dataclass(frozen=True)
 class Output:
@@ -41,52 +36,19 @@ class Output:
         }
 
 
-def load_model(model: str = models.DEFAULT_MODEL, dtype: torch.dtype = torch.bfloat16, adapter: str | None = "auto"):
-    """Load a model by HF id, folder, GGUF file or packaged alias, with the `[MASK]` token added and
-    an adapter applied: "auto" (the one bundled for this model, if any), "none", or a checkpoint folder.
-    Returns (model, tokenizer, mask_id)."""
-    lm, tok = models.load(model, dtype)
-    mask_id = add_mask_token(lm, tok)
-    path = checkpoint.resolve_adapter(model, adapter)
-    if path is not None:
-        checkpoint.apply(lm, path, model, mask_id)
-    return lm, tok, mask_id
+def configure(lm: LoadedModel, config: DecodeConfig, sets_block_size: bool = False,
+              options: Mapping[str, Any] | None = None) -> tuple[DecodeConfig, dict]:
+    """Settle a config for this model and load what its method needs: (config, extras for `generate`).
 
-
-def load_drafter(model_name: str, model, mask_id: int, drafter: str | None = "auto"):
-    """The DFlash drafter for `model` (loaded as `model_name`): "auto" = the one bundled for this
-    model, if any; "none"; or a drafter checkpoint folder. Returns a Drafter or None."""
-    from .dflash import checkpoint as dcheckpoint
-
-    path = dcheckpoint.resolve(model_name, drafter)
-    return None if path is None else dcheckpoint.load(path, model, model_name, mask_id)
-
-
-def stop_token_ids(model, tokenizer) -> set[int]:
-    ids: set[int] = set()
-    for source in (getattr(model, "generation_config", None), model.config):
-        eos = getattr(source, "eos_token_id", None) if source is not None else None
-        ids.update([eos] if isinstance(eos, int) else (eos or []))
-    if tokenizer.eos_token_id is not None:
-        ids.add(tokenizer.eos_token_id)
-    vocab = tokenizer.get_vocab()
-    ids.update(vocab[t] for t in END_OF_TURN if t in vocab)
-    return ids
-
-
-def encode_prompt(tokenizer, prompt: str, chat: bool = True) -> list[int]:
-    """The user message -> prompt token ids, through the chat template when the model has one."""
-    if not isinstance(prompt, str) or not prompt.strip():
-        raise PardecError("empty prompt")
-    if chat and getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True,
-            return_dict=False,
-        )
-        if hasattr(ids, "keys"):  # some tokenizers return a BatchEncoding regardless
-            ids = ids["input_ids"]
-        return list(ids)
-    return tokenizer.encode(prompt, add_special_tokens=True)
+    Unless `sets_block_size`, decode at the block size the model's adapter was trained with (its
+    block predictions beyond that are untrained), or the one its method's own model was (a drafter).
+    `options`: method options, e.g. {"drafter": "auto"}."""
+    if not sets_block_size and lm.trained_block_size is not None:
+        config = dataclasses.replace(config, block_size=lm.trained_block_size)
+    method = METHODS[config.method]
+    if method.prepare is None:
+        return config, {}
+    return method.prepare(lm, config, sets_block_size, dict(options or {}))
 
 
 class _TextTracker:
@@ -130,23 +92,19 @@ class _TextTracker:
 
 
 def generate(
-    model,
-    tokenizer,
+    lm: LoadedModel,
     prompts: list[str],
     config: DecodeConfig,
     *,
-    mask_id: int | None = None,
     chat: bool = True,
     on_text: Callable[[int, str], None] | None = None,
-    drafter=None,
+    extras: Mapping[str, Any] | None = None,
 ) -> list[Output]:
     """Generate for a batch of user messages (any lengths). `on_text(i, delta)` streams text as tokens
-    are committed. `drafter` (load_drafter) is needed by method dflash."""
-    if mask_id is None:
-        mask_id = add_mask_token(model, tokenizer)
-    ids = [encode_prompt(tokenizer, p, chat) for p in prompts]
-    tracker = _TextTracker(tokenizer, len(prompts), config.stop, on_text)
-    results = decode(model, ids, config, mask_id, stop_token_ids(model, tokenizer), tracker.commit, drafter)
+    are committed. `extras` (from `configure`) is what the method needs beyond the model."""
+    ids = [lm.encode(p, chat) for p in prompts]
+    tracker = _TextTracker(lm.tokenizer, len(prompts), config.stop, on_text)
+    results = decode(lm.model, ids, config, lm.mask_id, lm.stop_ids, tracker.commit, extras)
     outs = []
     for i, r in enumerate(results):
         tracker.flush(i)

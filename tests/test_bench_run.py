@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from pardec.bench.runner import parse_methods
+from pardec.bench import parse_methods
 from pardec.cli import main
 from pardec.decoding import DecodeConfig
 from pardec.errors import PardecError
@@ -48,26 +48,28 @@ def test_method_specs_parse_and_reject_nonsense():
 
 
 def test_a_method_with_an_adapter_of_its_own_decodes_with_that_model(tiny_dir):
-    from pardec.api import load_model
-    from pardec.bench.runner import run_bench
-    from pardec.bench.tasks import Item
+    from pardec.bench.methods import make_runners
+    from pardec.bench.run import run_bench
+    from pardec.model import load_model
+    from pardec.tasks import Item
 
-    model, tok, mask_id = load_model(tiny_dir, torch.float32, "none")
-    other = load_model(tiny_dir, torch.float32, "none")[0]
+    lm = load_model(tiny_dir, torch.float32, "none")
+    other = load_model(tiny_dir, torch.float32, "none")
     torch.manual_seed(0)
     with torch.no_grad():
-        for p in other.parameters():
+        for p in other.model.parameters():
             p.add_(torch.randn_like(p))  # a different model: its greedy text differs from ar's
     items = [Item(f"a/{i}", w, {}, "a") for i, w in enumerate(["hello world", "the cat sat", "one two"])]
     specs = parse_methods("ar,ar@adapter=x,spec@3", DecodeConfig(max_new_tokens=6, block_size=3))
-    res = run_bench(model, tok, mask_id, items, specs, "a", progress=False, adapter_models={"x": other})
-    recs = {r["method"]: r for r in res["records"]}
+    runners = make_runners(lm, specs, {"x": other}, True, {})
+    res = run_bench(runners, items, "a", lm.model, progress=False)
+    recs = {r["method"]: r for r in res.records}
     assert recs["spec@3"]["identical_to_ar"] == 1.0 and recs["ar@adapter=x"]["identical_to_ar"] < 1.0
     assert recs["ar@adapter=x"]["adapter"] == "x" and recs["ar"]["adapter"] is None
 
 
 def test_several_tasks_load_interleaved_with_inclusive_ranges():
-    from pardec.bench.tasks import load_tasks
+    from pardec.tasks import load_tasks
 
     items = load_tasks("humaneval:2-4,mtbench:0-1")
     assert [it.task for it in items] == ["humaneval", "mtbench", "humaneval", "mtbench", "humaneval"]
@@ -81,34 +83,36 @@ def test_several_tasks_load_interleaved_with_inclusive_ranges():
 def test_bench_over_several_tasks_reports_each_task_and_all(tiny_dir, tmp_path):
     import dataclasses
 
-    from pardec.api import load_model
-    from pardec.bench.runner import markdown_table, run_bench
-    from pardec.bench.tasks import Item
+    from pardec.bench import markdown_table, run_bench
+    from pardec.bench.methods import make_runners
+    from pardec.model import load_model
+    from pardec.tasks import Item
 
-    model, tok, mask_id = load_model(tiny_dir, torch.float32, "none")
+    lm = load_model(tiny_dir, torch.float32, "none")
     words = ["hello world", "the cat sat", "one two", "red blue green"]
     items = [Item(f"{t}/{i}", w, {}, t) for i, (t, w) in enumerate(zip("abab", words))]
     specs = parse_methods("ar,threshold@0.0", DecodeConfig(max_new_tokens=6, block_size=3))
+    runners = make_runners(lm, specs, {}, True, {})
     log = tmp_path / "progress.jsonl"
-    res = run_bench(model, tok, mask_id, items, specs, "a,b", progress=False, log=log)
-    assert set(res["by_task"]) == {"a", "b"}
+    res = run_bench(runners, items, "a,b", lm.model, progress=False, log=log)
+    assert set(res.by_task) == {"a", "b"}
     logged = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(logged) == len(items) * len(specs) and {r["task"] for r in logged} == {"a", "b"}
-    for task, recs in res["by_task"].items():
+    for task, recs in res.by_task.items():
         thr = {r["method"]: r for r in recs}["threshold@0.0"]
-        runs = [r for r in res["samples"]["threshold@0.0"] if r["task"] == task]
-        assert thr["prompts"] == 2 and thr["new_tokens"] == sum(len(r["tokens"]) for r in runs)
-    total = {r["method"]: r for r in res["records"]}["threshold@0.0"]
-    assert total["new_tokens"] == sum(r["new_tokens"] for recs in res["by_task"].values()
+        runs = [r for r in res.samples["threshold@0.0"] if r.task == task]
+        assert thr["prompts"] == 2 and thr["new_tokens"] == sum(len(r.tokens) for r in runs)
+    total = {r["method"]: r for r in res.records}["threshold@0.0"]
+    assert total["new_tokens"] == sum(r["new_tokens"] for recs in res.by_task.values()
                                       for r in recs if r["method"] == "threshold@0.0")
     table = markdown_table(res)
     assert "### a (2 prompts)" in table and "### b (2 prompts)" in table and "### all tasks (4 prompts" in table
-    single = run_bench(model, tok, mask_id, [dataclasses.replace(items[0], task="jsonl")], specs, "jsonl", progress=False)
-    assert single["by_task"] == {} and "###" not in markdown_table(single)
+    single = run_bench(runners, [dataclasses.replace(items[0], task="jsonl")], "jsonl", lm.model, progress=False)
+    assert single.by_task == {} and "###" not in markdown_table(single)
 
 
 def test_a_stopped_bench_resumes_without_rerunning_what_it_logged(tiny_dir, tmp_path, capsys, monkeypatch):
-    from pardec.bench import runner
+    from pardec.bench import methods as runner  # where the runners call decode
 
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ["hello world", "the cat sat", "one two"]))

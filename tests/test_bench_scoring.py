@@ -6,8 +6,11 @@ import time
 
 import pytest
 
-from pardec.bench.sandbox import _netns_prefix, run_program
-from pardec.bench.scoring import extract_code, gsm8k_answer, gsm8k_correct, humaneval_passed
+from pardec.tasks.sandbox import _netns_prefix, run_program
+from pardec.tasks.gsm8k import answer as gsm8k_answer
+from pardec.tasks.gsm8k import correct as gsm8k_correct
+from pardec.tasks.humaneval import extract_code
+from pardec.tasks.humaneval import passed as humaneval_passed
 
 TASK = {
     "prompt": "from typing import List\n\ndef add(a: int, b: int) -> int:\n    \"\"\"Add.\"\"\"\n",

@@ -104,16 +104,16 @@ def test_train_drafter_then_generate_and_bench_with_dflash(tiny_dir, capsys, tmp
                            "--dtype", "float32", "--steps", "3", "--eval-every", "3", "--heldout", "1",
                            "--layers", "1", "--block-size", "4", "--draft-vocab", "14")
     assert code == 0, err
-    assert "held-out dflash TPF" in err and (ck / "drafter.json").is_file() and (ck / "curves.png").is_file()
+    assert "held-out dflash TPF" in err and (ck / "pardec.json").is_file() and (ck / "curves.png").is_file()
     from safetensors.torch import load_file
 
-    from pardec.api import load_model, stop_token_ids
+    from pardec.model import load_model
 
     vocab = load_file(str(ck / "drafter.safetensors"))["draft_vocab"].tolist()
-    model, tok, mask_id = load_model(tiny_dir, torch.float32, "none")
-    ids = {i for w in words for i in tok(w, add_special_tokens=False)["input_ids"]}
-    assert json.loads((ck / "drafter.json").read_text())["drafter"]["draft_vocab_size"] == 14 == len(vocab)
-    assert ids | set(stop_token_ids(model, tok)) <= set(vocab) and mask_id not in vocab  # 11 words + 2 stops + 1
+    lm = load_model(tiny_dir, torch.float32, "none")
+    ids = {i for w in words for i in lm.tokenizer(w, add_special_tokens=False)["input_ids"]}
+    assert json.loads((ck / "pardec.json").read_text())["drafter"]["draft_vocab_size"] == 14 == len(vocab)
+    assert ids | lm.stop_ids <= set(vocab) and lm.mask_id not in vocab  # 11 words + 2 stops + 1
     assert any((tmp_path / "cache" / "features").glob("*/shard-*.safetensors"))
     common = ["generate", "--model", tiny_dir, "--prompt", "one two three", "--dtype", "float32",
               "--max-new-tokens", "10", "--json"]

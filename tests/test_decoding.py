@@ -3,10 +3,13 @@
 import pytest
 import torch
 
-from pardec.decoding import DecodeConfig, decode
+import dataclasses
+
+from pardec.decoding import METHODS, DecodeConfig, decode
 from pardec.decoding import engine as engine_mod
-from pardec.decoding.policies import POLICIES, Speculative
+from pardec.decoding.spec import Speculative
 from pardec.decoding.state import Row
+from pardec.decoding.verifier import Drafts
 from tiny import tiny_model
 
 PROMPTS = [[1, 2, 3, 4, 5], [7, 8, 9], [10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20]]
@@ -59,13 +62,13 @@ class OracleSpec(Speculative):
 
     def update(self, row, ntp, block):
         upd = super().update(row, ntp, block)
-        if row.drafts:
+        if row.state.tokens:
             start = len(row.committed) + len(upd.commit) - row.n_prompt  # first new-token index drafted
             drafts = []
-            for i in range(start, start + len(row.drafts)):
+            for i in range(start, start + len(row.state.tokens)):
                 t = self.truth[i]
                 drafts.append((t + 1) % (self.mask_id - 1) if (i * 2654435761) % 97 % 10 < 2 else t)
-            row.drafts = drafts
+            row.state.tokens = drafts
         return upd
 
 
@@ -73,8 +76,13 @@ def use_oracle(policy, model, mask_id, prompt, monkeypatch):
     """Make `policy` (an OracleSpec) the spec policy, its truth AR's 40 tokens; returns AR's result."""
     ar = run(model, mask_id, [prompt], method="ar", max_new_tokens=40)[0]
     policy.truth = ar.tokens + [0] * 8
-    monkeypatch.setitem(POLICIES, "spec", policy)
+    use_policy(policy, monkeypatch)
     return ar
+
+
+def use_policy(policy, monkeypatch, method="spec"):
+    """Decode `method` with `policy` (a subclass of its policy) for the rest of the test."""
+    monkeypatch.setitem(METHODS, method, dataclasses.replace(METHODS[method], policy=policy))
 
 
 def test_spec_greedy_equals_ar_with_oracle_and_wrong_drafts(tiny, monkeypatch):
@@ -113,7 +121,7 @@ def one_hot_logits(ids, V=16):
 def test_spec_takes_next_drafts_from_the_block_started_at_or_before_the_accepted_end(block_at, accepted, drafts):
     V, mask_id = 32, 31
     policy = Speculative(DecodeConfig(method="spec", block_size=4, block_at=block_at, block_reach=0.0), mask_id, None)
-    row = Row(index=0, committed=[5], n_prompt=1, budget=100, drafts=[1, 2, 3])
+    row = Row(index=0, committed=[5], n_prompt=1, budget=100, state=Drafts([1, 2, 3]))
     [(back, _)] = policy.blocks(row)
     assert back == 3 - (3 if block_at is None else block_at)
     target = [1, 2, 3, 9][:accepted] + [7]  # the target's tokens after 5, 1, 2, 3: reject at `accepted`
@@ -121,7 +129,7 @@ def test_spec_takes_next_drafts_from_the_block_started_at_or_before_the_accepted
     block = one_hot_logits([20, 21, 22, 23], V)  # [D, V]: slot j of the fed block predicts 20 + j
     upd = policy.update(row, ntp, block)
     assert upd.commit == target[: accepted + 1] and upd.keep_drafts == accepted
-    assert row.drafts == drafts
+    assert row.state.tokens == drafts
 
 
 def logits_with_confidence(tokens, conf, V=16):
@@ -134,9 +142,9 @@ def logits_with_confidence(tokens, conf, V=16):
 @pytest.mark.parametrize("cutoff,kept", [(0.0, 4), (0.3, 4), (0.34, 3), (0.4, 2), (0.8, 1), (0.95, 0)])
 def test_draft_cutoff_keeps_the_prefix_whose_confidence_product_reaches_it(cutoff, kept):
     policy = Speculative(DecodeConfig(method="spec", block_size=5, draft_cutoff=cutoff), 15, None)
-    row = Row(index=0, committed=[5], n_prompt=1, budget=100)
-    policy._set_drafts(row, logits_with_confidence([3, 4, 5, 6], [0.9, 0.8, 0.5, 0.9]))  # products .9 .72 .36 .32
-    assert row.drafts == [3, 4, 5, 6][:kept] and row.draft_probs is None
+    row = Row(index=0, committed=[5], n_prompt=1, budget=100, state=Drafts())
+    policy.set_drafts(row, logits_with_confidence([3, 4, 5, 6], [0.9, 0.8, 0.5, 0.9]))  # products .9 .72 .36 .32
+    assert row.state.tokens == [3, 4, 5, 6][:kept] and row.state.probs is None
 
 
 @pytest.mark.parametrize("draft_blocks,accepted,drafts", [
@@ -149,16 +157,16 @@ def test_block_reach_feeds_the_block_after_the_likely_accepted_drafts(draft_bloc
     V, mask_id = 48, 47
     policy = Speculative(DecodeConfig(method="spec", block_size=5, block_reach=0.5, draft_blocks=draft_blocks),
                          mask_id, None)
-    row = Row(index=0, committed=[5], n_prompt=1, budget=100)
-    policy._set_drafts(row, logits_with_confidence([1, 2, 3, 4], [0.9, 0.8, 0.5, 0.9], V))  # .9 .72 .36 .32
-    assert row.drafts == [1, 2, 3, 4]  # block_reach only places the block; every draft is fed
+    row = Row(index=0, committed=[5], n_prompt=1, budget=100, state=Drafts())
+    policy.set_drafts(row, logits_with_confidence([1, 2, 3, 4], [0.9, 0.8, 0.5, 0.9], V))  # .9 .72 .36 .32
+    assert row.state.tokens == [1, 2, 3, 4]  # block_reach only places the block; every draft is fed
     assert [back for back, _ in policy.blocks(row)] == [2, 4][:draft_blocks]
     target = [1, 2, 3, 4][:accepted] + [9]
     ntp = one_hot_logits(target + [0] * (5 - len(target)), V)  # [5, V] at 5, d1..d4
     block = one_hot_logits([20, 21, 22, 23, 24, 30, 31, 32, 33, 34][: 5 * draft_blocks], V)  # [NB * D, V]
     upd = policy.update(row, ntp, block)
     assert upd.commit == target[: accepted + 1] and upd.keep_drafts == accepted
-    assert row.drafts == drafts
+    assert row.state.tokens == drafts
 
 
 class ReachSpec(OracleSpec):
@@ -166,8 +174,8 @@ class ReachSpec(OracleSpec):
 
     def update(self, row, ntp, block):
         upd = super().update(row, ntp, block)
-        if row.drafts:
-            row.draft_reach = torch.linspace(0.95, 0.05, len(row.drafts))
+        if row.state.tokens:
+            row.state.reach = torch.linspace(0.95, 0.05, len(row.state.tokens))
         return upd
 
 
@@ -180,7 +188,7 @@ def test_spec_with_block_reach_equals_ar(tiny, monkeypatch):
 
     def spy(self, row):
         out = real_blocks(self, row)
-        backs.add((len(row.drafts), out[0][0]))
+        backs.add((len(row.state.tokens), out[0].back))
         return out
 
     monkeypatch.setattr(ReachSpec, "blocks", spy)
@@ -224,11 +232,11 @@ def test_spec_with_all_wrong_drafts_still_equals_ar(tiny, monkeypatch):
     class Wrong(Speculative):
         def update(self, row, ntp, block):
             upd = super().update(row, ntp, block)
-            row.drafts = [(t + 1) % (mask_id - 1) for t in row.drafts]
+            row.state.tokens = [(t + 1) % (mask_id - 1) for t in row.state.tokens]
             return upd
 
     ar = run(model, mask_id, [PROMPTS[1]], method="ar")[0]
-    monkeypatch.setitem(POLICIES, "spec", Wrong)
+    use_policy(Wrong, monkeypatch)
     spec = run(model, mask_id, [PROMPTS[1]], method="spec", block_size=4)[0]
     assert spec.tokens == ar.tokens
 
@@ -251,7 +259,7 @@ def test_threshold_at_zero_commits_one_token_or_a_full_block(tiny):
 
 
 def test_threshold_keeps_the_confident_prefix_only_when_the_block_agrees_on_slot_0():
-    from pardec.decoding.policies import Threshold
+    from pardec.decoding.threshold import Threshold
 
     V, D = 10, 4
     policy = Threshold(DecodeConfig(method="threshold", threshold=0.8, block_size=D), mask_id=9, generator=None)
@@ -304,10 +312,10 @@ def test_cache_holds_only_committed_tokens_after_every_step(tiny, monkeypatch):
     seen = []
     real_step = engine_mod.block_step
 
-    def spy(model_, cache, pending, block, n_ntp, mask_id_, pad_id=0, feature_layers=None):
+    def spy(model_, cache, pending, block, n_ntp, mask_id_, pad_id=0, hidden_states=False):
         # Before each step (batch 1): the cache holds exactly the committed tokens that are not pending.
         seen.append((cache.length, cache.n_cached[0], int(cache.k_valid.sum())))
-        return real_step(model_, cache, pending, block, n_ntp, mask_id_, pad_id, feature_layers)
+        return real_step(model_, cache, pending, block, n_ntp, mask_id_, pad_id, hidden_states)
 
     monkeypatch.setattr(engine_mod, "block_step", spy)
     for method in ("threshold", "spec", "eb"):

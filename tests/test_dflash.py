@@ -1,14 +1,15 @@
 """DFlash decoding on tiny random models, fp32: exact against AR, and the drafter's context cache
 stays exactly what a from-scratch pass over the committed text gives."""
 
+import dataclasses
+
 import pytest
 import torch
 
-from pardec.decoding import DecodeConfig, decode
-from pardec.decoding import engine as engine_mod
-from pardec.decoding.policies import DFlash
-from pardec.dflash import ContextCache, Drafter, DrafterConfig, target_features
-from pardec.dflash.model import DraftHead, choose_draft_vocab, embedding_scale, init_from_target
+from pardec.decoding import METHODS, DecodeConfig, decode
+from pardec.methods.dflash import ContextCache, DFlash, Drafter, DrafterConfig, target_features
+from pardec.methods.dflash.context import DraftHead
+from pardec.methods.dflash.model import choose_draft_vocab, embedding_scale, init_from_target
 from pardec.errors import PardecError
 from tiny import tiny_model
 
@@ -26,7 +27,12 @@ def tiny(request):
 
 def run(model, mask_id, prompts, drafter=None, **kw):
     kw.setdefault("max_new_tokens", N)
-    return decode(model, prompts, DecodeConfig(**kw), mask_id, drafter=drafter)
+    return decode(model, prompts, DecodeConfig(**kw), mask_id, extras={"drafter": drafter})
+
+
+def use_policy(policy, monkeypatch):
+    """Decode dflash with `policy` (a subclass of DFlash) for the rest of the test."""
+    monkeypatch.setitem(METHODS, "dflash", dataclasses.replace(METHODS["dflash"], policy=policy))
 
 
 @pytest.mark.parametrize("block_size", [2, 4, 8])
@@ -53,8 +59,8 @@ class OracleDFlash(DFlash):
         for r in rows:
             start = len(r.committed) - r.n_prompt
             truth = self.truth[r.index] + [0] * 16
-            r.drafts = [truth[i] if (i * 2654435761) % 97 % 10 >= 3 else (truth[i] + 1) % 40
-                        for i in range(start, start + len(r.drafts))]
+            r.state.tokens = [truth[i] if (i * 2654435761) % 97 % 10 >= 3 else (truth[i] + 1) % 40
+                              for i in range(start, start + len(r.state.tokens))]
         OracleDFlash.checks += 1
 
 
@@ -88,7 +94,7 @@ def test_context_cache_stays_exact_after_partial_acceptance(tiny, monkeypatch):
     ar = run(model, mask_id, PROMPTS, method="ar", max_new_tokens=30)
     OracleDFlash.truth = {i: a.tokens for i, a in enumerate(ar)}
     OracleDFlash.checks = 0
-    monkeypatch.setitem(engine_mod.make_policy.__globals__["POLICIES"], "dflash", OracleDFlash)
+    use_policy(OracleDFlash, monkeypatch)
     got = run(model, mask_id, PROMPTS, drafter, method="dflash", block_size=4, max_new_tokens=30)
     steps = [s for g in got for s in g.accepted_per_step[1:]]
     assert {1, 4} <= set(steps) and any(1 < s < 4 for s in steps)  # none, all and some accepted
@@ -162,9 +168,9 @@ def test_dflash_with_a_small_draft_vocabulary_still_equals_ar(tiny, monkeypatch)
     class Spy(DFlash):
         def after_step(self, rows, out, keep, alive):
             super().after_step(rows, out, keep, alive)
-            drafted.extend(t for r in rows for t in r.drafts)
+            drafted.extend(t for r in rows for t in r.state.tokens)
 
-    monkeypatch.setitem(engine_mod.make_policy.__globals__["POLICIES"], "dflash", Spy)
+    use_policy(Spy, monkeypatch)
     ar = run(model, mask_id, PROMPTS, method="ar")
     got = run(model, mask_id, PROMPTS, small, method="dflash", block_size=4)
     assert [g.tokens for g in got] == [a.tokens for a in ar]

@@ -53,9 +53,9 @@ def test_the_second_code_task_set_repeats_no_prompt_of_the_first():
 def test_completion_prompts_are_valid_python_headers_in_the_humaneval_format():
     import ast
 
-    from pardec.bench.tasks import HUMANEVAL_INSTRUCTION
+    from pardec.tasks.humaneval import INSTRUCTION
 
-    head, tail = HUMANEVAL_INSTRUCTION.split("{prompt}")
+    head, tail = INSTRUCTION.split("{prompt}")
     prompts = read_prompt_source("builtin:code-complete")
     assert len(prompts) > 500 and any(p["id"] == "complete/shlex.quote" for p in prompts)
     assert not any(p["id"].endswith("hook") for p in prompts)  # state a host may replace: not stable text
@@ -83,19 +83,19 @@ def test_the_packaged_sharegpt_file_is_identity_questions_only():
 
 
 def test_distill_is_batched_resumable_and_filters(tiny_dir, tmp_path):
-    model, tok, mask_id = load_model(tiny_dir, torch.float32)
+    lm = load_model(tiny_dir, torch.float32)
     prompts = [{"id": f"p{i}", "prompt": text} for i, text in enumerate(
         ["hello world", "the cat sat", "one two three", "what is up", "big red dog", "the cat sat"])]
     out = tmp_path / "d.jsonl"
     cfg = DecodeConfig(method="ar", max_new_tokens=8)
     filt = ContaminationFilter(["what is up"])
-    first = distill(model, tok, mask_id, prompts[:2], out, cfg, filt, batch_size=2, progress=False)
+    first = distill(lm, prompts[:2], out, cfg, filt, batch_size=2, progress=False)
     assert first["written"] == 2
-    stats = distill(model, tok, mask_id, prompts, out, cfg, filt, batch_size=2, progress=False)
+    stats = distill(lm, prompts, out, cfg, filt, batch_size=2, progress=False)
     assert stats == dict(written=2, skipped_done=2, contaminated=1, duplicates=1, tokens=stats["tokens"])
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert sorted(r["id"] for r in rows) == ["p0", "p1", "p2", "p4"]
-    alone = distill(model, tok, mask_id, [prompts[4]], tmp_path / "e.jsonl", cfg, None, progress=False)
+    alone = distill(lm, [prompts[4]], tmp_path / "e.jsonl", cfg, None, progress=False)
     assert alone["written"] == 1
     again = json.loads((tmp_path / "e.jsonl").read_text())
     assert again["response"] == next(r for r in rows if r["id"] == "p4")["response"]  # batching changes nothing

@@ -8,12 +8,13 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from pardec.decoding import DecodeConfig, decode
-from pardec.dflash import Drafter, DrafterConfig
-from pardec.dflash import checkpoint as dcheckpoint
-from pardec.dflash.model import set_feature_scale
+from pardec.methods.dflash import Drafter, DrafterConfig
+from pardec.methods.dflash import checkpoint as dcheckpoint
+from pardec.model import checkpoint
+from pardec.methods.dflash.model import set_feature_scale
 from pardec.errors import PardecError
 from pardec.training.data import Example
-from pardec.training.drafter import DrafterTrainConfig, cache_features, load_features, train_drafter
+from pardec.methods.dflash.training import DrafterTrainConfig, cache_features, load_features, train_drafter
 from test_training import counting_model
 
 
@@ -42,7 +43,7 @@ def new_drafter(dcfg, seed=0):
 
 def tpf(model, mask_id, prompts, drafter):
     res = decode(model, prompts, DecodeConfig(method="dflash", block_size=4, max_new_tokens=24), mask_id,
-                 drafter=drafter.eval())
+                 extras={"drafter": drafter.eval()})
     return sum(len(r.tokens) for r in res) / sum(r.forwards for r in res), res
 
 
@@ -95,7 +96,7 @@ def test_resume_matches_an_uninterrupted_run(setup, tmp_path):
         train_drafter(model, new_drafter(dcfg), data, features, [], cfg(steps=6, lr=1.0), tmp_path / "d", "tiny",
                       None, resume=tmp_path / "b", progress=False)
     # A checkpoint that lost a tensor is refused by name, not with a KeyError.
-    weights = tmp_path / "b" / dcheckpoint.WEIGHTS
+    weights = checkpoint.weights_file(tmp_path / "b", dcheckpoint.KIND)
     tensors = load_file(str(weights))
     del tensors["fc.weight"]
     save_file(tensors, str(weights))
@@ -110,8 +111,8 @@ def test_exports(setup, tmp_path):
     set_feature_scale(drafter, features)
     train_drafter(model, drafter, data, features, [], cfg(steps=2, eval_every=2), tmp_path / "ck", "tiny", None,
                   progress=False)
-    dcheckpoint.export(tmp_path / "ck", tmp_path / "small")
-    small = load_file(str(tmp_path / "small" / dcheckpoint.WEIGHTS))
+    checkpoint.export(tmp_path / "ck", tmp_path / "small")  # one export for every kind
+    small = load_file(str(checkpoint.weights_file(tmp_path / "small", dcheckpoint.KIND)))
     assert not any(k.startswith("optimizer.") for k in small) and all(v.dtype == torch.bfloat16 for v in small.values())
     dcheckpoint.export_dflash(tmp_path / "ck", tmp_path / "hf")
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
@@ -128,6 +129,6 @@ def test_exports(setup, tmp_path):
     torch.testing.assert_close(x @ tensors["fc.weight"].float().T, drafter.fc(x * drafter.feature_scale),
                                atol=0.05, rtol=0.02)  # bf16 export
     # Corrupt weights give a clear error.
-    (tmp_path / "small" / dcheckpoint.WEIGHTS).write_bytes(b"garbage")
+    (checkpoint.weights_file(tmp_path / "small", dcheckpoint.KIND)).write_bytes(b"garbage")
     with pytest.raises(PardecError, match="corrupt drafter weights"):
         dcheckpoint.load(tmp_path / "small", model, "tiny", mask_id)

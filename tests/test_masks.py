@@ -2,7 +2,7 @@ import itertools
 
 import torch
 
-from pardec.masks import CLEAN, additive, block_attention
+from pardec.core.masks import CLEAN, additive, block_attention
 
 
 def reference(cache_valid, p_real, P, D):

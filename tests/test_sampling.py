@@ -6,8 +6,9 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from pardec.decoding import DecodeConfig, decode, sampling
-from pardec.dflash import Drafter, DrafterConfig
+from pardec.core import sampling
+from pardec.decoding import DecodeConfig, decode, verifier
+from pardec.methods.dflash import Drafter, DrafterConfig
 from tiny import tiny_model
 
 VOCAB = 4
@@ -29,7 +30,7 @@ def exact_joint(model, temperature, top_p, t=T):
 
 
 def sample_counts(model, mask_id, n, drafter=None, t=T, **kw):
-    outs = decode(model, [PROMPT] * n, DecodeConfig(max_new_tokens=t, **kw), mask_id, drafter=drafter)
+    outs = decode(model, [PROMPT] * n, DecodeConfig(max_new_tokens=t, **kw), mask_id, extras={"drafter": drafter})
     counts = {}
     for o in outs:
         counts[tuple(o.tokens)] = counts.get(tuple(o.tokens), 0) + 1
@@ -103,7 +104,7 @@ def test_the_statistical_test_detects_a_biased_sampler(small_vocab_model, monkey
         p = sampling.distribution(target_logits, temperature, top_p)
         return len(drafts), int(sampling.draw(p[len(drafts) : len(drafts) + 1], generator)[0])
 
-    monkeypatch.setattr(sampling, "accept_drafts", accept_all)
+    monkeypatch.setattr(verifier, "accept_drafts", accept_all)  # the name the verifier policies call
     n = 3000
     counts, _ = sample_counts(model, mask_id, n, method="spec", block_size=3, temperature=1.0, seed=1)
     assert chi2_pvalue(counts, exact_joint(model, 1.0, 1.0), n) < 1e-3

@@ -4,10 +4,10 @@ is exact."""
 import pytest
 import torch
 
-from pardec import adapters, checkpoint
-from pardec.cache import BlockCache
+from pardec.model import adapters, checkpoint
+from pardec.core.cache import BlockCache
 from pardec.decoding import DecodeConfig, decode
-from pardec.decoding.step import block_step
+from pardec.core.step import Block, block_step
 from pardec.training.config import TrainConfig
 from pardec.errors import PardecError
 from pardec.training.data import Example, split_heldout
@@ -43,7 +43,7 @@ def test_gated_lora_keeps_ntp_logits_exactly_the_base_models():
     outs = {}
     for name, model in (("base", base), ("adapted", adapted)):
         cache = BlockCache.empty(1, model.config, "cpu")
-        outs[name] = block_step(model, cache, prompt, [[(0, [mask_id] * 4)]], n_ntp=7, mask_id=mask_id)
+        outs[name] = block_step(model, cache, prompt, [[Block(0, [mask_id] * 4)]], n_ntp=7, mask_id=mask_id)
     torch.testing.assert_close(outs["adapted"].ntp_logits, outs["base"].ntp_logits, rtol=0, atol=1e-5)
     diff = outs["adapted"].block_logits[..., :mask_id] - outs["base"].block_logits[..., :mask_id]
     assert diff.abs().max() > 1e-2  # blocks do change

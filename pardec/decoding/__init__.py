@@ -1,6 +1,9 @@
-"""Decoding: one block step primitive (step.py) and the policies over it."""
+"""Decoding: the loop (engine.py) and one file per method, each a policy over the step primitive.
+Methods register themselves in policy.METHODS; pardec.methods adds the ones with models of their own."""
 
-from .config import METHODS, DecodeConfig
+from . import ar, eb, spec, threshold  # noqa: F401  (register the built-in methods)
+from .config import DecodeConfig
 from .engine import GenerationResult, decode
+from .policy import METHODS, Method, Policy, register
 
-__all__ = ["METHODS", "DecodeConfig", "GenerationResult", "decode"]
+__all__ = ["METHODS", "DecodeConfig", "GenerationResult", "Method", "Policy", "decode", "register"]

@@ -8,17 +8,18 @@ committed text. Finished rows leave the batch.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any
 
 import torch
 
-from ..cache import BlockCache
+from ..core.cache import BlockCache
+from ..core.step import block_step
 from ..errors import PardecError
 from .config import DecodeConfig
-from .policies import make_policy
+from .policy import METHODS
 from .state import Row
-from .step import block_step
 
 
 @dataclass(frozen=True)
@@ -50,10 +51,10 @@ def decode(
     mask_id: int,
     stop_ids: set[int] | frozenset[int] = frozenset(),
     on_commit: CommitHook | None = None,
-    drafter=None,
+    extras: Mapping[str, Any] | None = None,
 ) -> list[GenerationResult]:
-    """Decode a batch of prompts (lists of token ids, any lengths) with `config.method`
-    (`dflash` needs a `drafter`, pardec.dflash.Drafter, trained for this model)."""
+    """Decode a batch of prompts (lists of token ids, any lengths) with `config.method`. `extras`:
+    what the method needs beyond the model (a drafter), as its `prepare` returns it."""
     if not prompts:
         return []
     limit = context_limit(model)
@@ -68,14 +69,15 @@ def decode(
     if config.temperature > 0:
         gen = torch.Generator(device=model.device)
         gen.manual_seed(config.seed if config.seed is not None else torch.seed())
-    policy = make_policy(config, mask_id, gen, model, drafter)
+    policy = METHODS[config.method].policy(config, mask_id, gen, model, extras or {})
     device = model.device
 
     # Room for the block slots and drafts fed beyond the committed text must stay inside the context.
     reserve = 2 * config.slots + 1
     rows = [
         Row(index=i, committed=list(p), n_prompt=len(p),
-            budget=min(config.max_new_tokens, limit - len(p) - reserve) if limit else config.max_new_tokens)
+            budget=min(config.max_new_tokens, limit - len(p) - reserve) if limit else config.max_new_tokens,
+            state=policy.new_state())
         for i, p in enumerate(prompts)
     ]
     cache = BlockCache.empty(len(rows), model.config, device)
@@ -87,7 +89,7 @@ def decode(
         blocks = [policy.blocks(r) for r in rows]
         has_blocks = blocks[0] is not None
         out = block_step(model, cache, pending, blocks if has_blocks else None, policy.n_ntp(drafts), mask_id,
-                         feature_layers=policy.feature_layers)
+                         hidden_states=policy.hidden_states)
         keep = torch.zeros_like(out.pending_valid)  # [B, P]
         P = keep.shape[1]
         finished = []

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-import torch
+from typing import Any
 
 
 @dataclass
@@ -13,18 +12,11 @@ class Row:
     committed: list[int]  # prompt + generated tokens, all final
     n_prompt: int
     budget: int  # most new tokens this row may commit (length limit and context)
-    drafts: list[int] = field(default_factory=list)  # spec: proposed tokens, not yet verified
-    draft_probs: torch.Tensor | None = None  # spec sampling: [len(drafts), V] draft distributions
-    draft_reach: torch.Tensor | None = None  # spec: [len(drafts)] product of draft confidences up to each
-    block: list[int] | None = None  # eb: the block being filled ([MASK] where not yet revealed)
+    state: Any = None  # the method's own state for this row (Policy.new_state)
     forwards: int = 0
     accepted: list[int] = field(default_factory=list)  # tokens committed by each forward
     seconds: float = 0.0
     finish: str | None = None  # "stop", "length"
-
-    def clear_drafts(self) -> None:
-        """No drafts for the next forward; their distributions and confidences go with them."""
-        self.drafts, self.draft_probs, self.draft_reach = [], None, None
 
     @property
     def new_tokens(self) -> list[int]:

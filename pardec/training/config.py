@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..adapters import TARGETS
+from ..model.adapters import TARGETS
 from ..errors import PardecError
 
 OBJECTIVES = ("nsp", "sbd")

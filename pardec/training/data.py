@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..api import encode_prompt, stop_token_ids
 from ..datafiles import read_jsonl
 from ..errors import PardecError
+from ..model.chat import encode_prompt, stop_token_ids
 
 
 @dataclass(frozen=True)

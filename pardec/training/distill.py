@@ -10,12 +10,12 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from ..api import generate
-from ..decoding import DecodeConfig
+from ..decoding import DecodeConfig, decode
+from ..model import LoadedModel
 from .sources import ContaminationFilter
 
 
-def distill(model, tokenizer, mask_id: int, prompts: list[dict], out: str | Path, config: DecodeConfig,
+def distill(lm: LoadedModel, prompts: list[dict], out: str | Path, config: DecodeConfig,
             contamination: ContaminationFilter | None, batch_size: int = 8, progress: bool = True) -> dict:
     """Append {"id", "prompt", "response", "finish"} lines to `out`. Returns counts."""
     out = Path(out)
@@ -45,9 +45,11 @@ def distill(model, tokenizer, mask_id: int, prompts: list[dict], out: str | Path
     with open(out, "a", encoding="utf-8") as f:
         for i in range(0, len(todo), batch_size):
             batch = todo[i : i + batch_size]
-            for p, o in zip(batch, generate(model, tokenizer, [p["prompt"] for p in batch], config, mask_id=mask_id)):
-                f.write(json.dumps({"id": p["id"], "prompt": p["prompt"], "response": o.text, "finish": o.finish}) + "\n")
-                tokens += o.new_tokens
+            ids = [lm.encode(p["prompt"]) for p in batch]
+            for p, r in zip(batch, decode(lm.model, ids, config, lm.mask_id, lm.stop_ids)):
+                text = lm.tokenizer.decode(r.tokens, skip_special_tokens=True)
+                f.write(json.dumps({"id": p["id"], "prompt": p["prompt"], "response": text, "finish": r.finish}) + "\n")
+                tokens += len(r.tokens)
             f.flush()
             bar.update(len(batch))
             bar.set_postfix_str(f"{tokens} tokens")

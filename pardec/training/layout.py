@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 import torch
 
-from ..masks import CLEAN
 from .config import TrainConfig
 
 IGNORE = -100
@@ -59,8 +58,3 @@ def sample_blocks(ids: list[int], response_start: int, cfg: TrainConfig, mask_id
                          ("start", torch.full((k,), s)), ("labels", labels), ("slot", j), ("weight", w)):
             parts[key].append(val)
     return Blocks(**{k: torch.cat(v) for k, v in parts.items()})
-
-
-def clean_descriptors(T: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    pos = torch.arange(T)
-    return pos, torch.full((T,), CLEAN), torch.zeros(T, dtype=torch.long)

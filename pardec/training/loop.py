@@ -1,29 +1,26 @@
-"""The retrofit loop: AdamW over the adapter, gradient accumulation, checkpoints with a held-out TPF
-check, resumable."""
+"""The retrofit: train an adapter (or all weights) to predict blocks, with the one training loop
+(trainer.py); warm starts from an earlier checkpoint, also at a larger rank."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import time
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
-from .. import adapters, checkpoint
 from ..decoding import DecodeConfig
 from ..errors import PardecError
+from ..model import adapters, checkpoint
+from . import trainer
 from .config import TrainConfig
 from .data import Example
 from .layout import sample_blocks
 from .objective import sequence_loss
-from .run_state import (adam_tensors, apply_update, heldout_tpf, read_history, restore_adam, resume_step, step_record,
-                        step_stats, warmup_cosine, write_checkpoint)
+from .run_state import heldout_tpf, write_checkpoint
 
 
 def lora_config(cfg: TrainConfig) -> adapters.LoRAConfig | None:
-    """The adapter a run trains (None for `full`): what prepare attaches, _save records and
+    """The adapter a run trains (None for `full`): what prepare attaches, save records and
     _init_from checks, derived in one place."""
     if cfg.adapter == "full":
         return None
@@ -46,87 +43,61 @@ def trainable_state(model, cfg: TrainConfig) -> dict[str, torch.Tensor]:
     return adapters.adapter_state(model)
 
 
+class RetrofitJob:
+    """Block prediction over the base model (trainer.Job)."""
+
+    name = "retrofit"
+    lr_floor = 0.1
+    distributed = True
+
+    def __init__(self, model, mask_id: int, train: list[Example], heldout: list[list[int]], cfg: TrainConfig,
+                 base_model: str, base_sha256: str | None, stop_ids):
+        self.module, self.mask_id, self.cfg = model, mask_id, cfg
+        self.train = [ex for ex in train if ex.response_start < len(ex.ids)]  # something to predict
+        self.heldout, self.stop_ids = heldout, stop_ids
+        self.base_model, self.base_sha256 = base_model, base_sha256
+        self.params = prepare(model, cfg)
+        self.param_names = {id(p): n for n, p in trainable_state(model, cfg).items()}
+        self.n_examples, self.n_slots = len(self.train), cfg.block_size
+
+    def loss(self, example, gen, forward):
+        ex = self.train[example]
+        blocks = sample_blocks(ex.ids, ex.response_start, self.cfg, self.mask_id, gen)
+        return sequence_loss(self.module, ex.ids, ex.response_start, blocks, self.cfg, self.mask_id, forward)
+
+    def evaluate(self):
+        if not self.heldout:
+            return None
+        config = DecodeConfig(method="spec", block_size=max(2, self.cfg.block_size),
+                              max_new_tokens=self.cfg.eval_max_new_tokens)
+        return heldout_tpf(self.module, self.heldout, config, self.mask_id, self.stop_ids)
+
+    def save(self, out, step, history, moments):
+        model, cfg = self.module, self.cfg
+        tensors = dict(trainable_state(model, cfg)) | moments  # moments: for an exact resume
+        lora = lora_config(cfg)
+        settings = checkpoint.CheckpointSettings(
+            base_model=self.base_model, mask_token_id=self.mask_id, block_size=cfg.block_size,
+            objective=cfg.objective, adapter=cfg.adapter, vocab_size=model.get_input_embeddings().weight.shape[0],
+            base_sha256=self.base_sha256,
+            lora=None if lora is None else dataclasses.asdict(lora),  # targets: a JSON list
+            training=dict(dataclasses.asdict(cfg), step=step),
+        )
+        write_checkpoint(out, lambda folder: checkpoint.save(folder, settings, tensors), history)
+
+    def load(self, path):
+        return checkpoint.read_settings(path).training, _load_trainable(self.module, self.cfg, path)
+
+
 def retrofit(model, mask_id: int, train: list[Example], heldout: list[list[int]], cfg: TrainConfig,
              out: str | Path, base_model: str, base_sha256: str | None, stop_ids=frozenset(),
              resume: str | Path | None = None, progress: bool = True) -> list[dict]:
-    """Train; write checkpoints to `out` every cfg.eval_every steps and at the end. Returns the history.
-
-    Runs under Hugging Face accelerate: launched as several processes (`accelerate launch` or
-    `torchrun`), each process takes its share of every optimizer step's sequences and DDP averages the
-    gradients, so N processes compute the same update as one process with the same grad_accum.
-    """
-    from accelerate import Accelerator
-
-    train = [ex for ex in train if ex.response_start < len(ex.ids)]  # something to predict
-    if not train:
-        raise PardecError("no training examples")
-    acc = Accelerator(cpu=model.device.type == "cpu")
-    world, rank = acc.num_processes, acc.process_index
-    if cfg.grad_accum % world:
-        raise PardecError(f"grad accum ({cfg.grad_accum}) must be a multiple of the process count ({world})")
-    out = Path(out)
-    params = prepare(model, cfg)
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    names = {id(p): n for n, p in trainable_state(model, cfg).items()}
-    step, history = 0, []
-    if resume is not None:
-        step, history = _resume(model, opt, resume, cfg, names)
-    elif cfg.init_from is not None:
+    """Train block prediction; write checkpoints to `out` every cfg.eval_every steps and at the end.
+    Returns the history. `cfg.init_from` warm-starts from another checkpoint's weights."""
+    job = RetrofitJob(model, mask_id, train, heldout, cfg, base_model, base_sha256, stop_ids)
+    if resume is None and cfg.init_from is not None:
         _init_from(model, cfg, base_model, mask_id)
-    forward = acc.prepare_model(model) if world > 1 else model
-    order = torch.randperm(len(train), generator=torch.Generator().manual_seed(cfg.seed)).tolist()
-    model.train()
-    main = acc.is_main_process
-    bar = tqdm(total=cfg.steps, initial=step, desc="retrofit", unit="step", disable=not (progress and main))
-    D = cfg.block_size
-    while step < cfg.steps:
-        t0 = time.perf_counter()
-        stats = torch.zeros(2 + 3 * D)  # loss, tokens, slot loss [D], slot hits [D], slot counts [D]
-        mine = list(range(step * cfg.grad_accum, (step + 1) * cfg.grad_accum))[rank::world]
-        for k, i in enumerate(mine):
-            ex = train[order[i % len(train)]]
-            # Blocks are drawn from a generator seeded by the sequence's index in the run: a resumed or
-            # distributed run draws exactly what a single uninterrupted one would.
-            gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + i)
-            blocks = sample_blocks(ex.ids, ex.response_start, cfg, mask_id, gen)
-            sync = acc.no_sync(forward) if world > 1 and k < len(mine) - 1 else contextlib.nullcontext()
-            with sync:
-                lo = sequence_loss(model, ex.ids, ex.response_start, blocks, cfg, mask_id, forward)
-                # DDP averages over processes: scale so the result is the mean over all grad_accum sequences.
-                (lo.loss * world / cfg.grad_accum).backward()
-            stats += step_stats(lo, cfg.grad_accum)
-        if world > 1:
-            stats = acc.reduce(stats, "sum")
-        apply_update(opt, params, warmup_cosine(cfg.lr, cfg.warmup_steps, cfg.steps, step, floor=0.1))
-        step += 1
-        rec = step_record(step, stats, time.perf_counter() - t0)
-        history.append(rec)
-        bar.set_postfix_str(f"loss {rec['loss']:.3f} tok/s {rec['tokens'] / rec['seconds']:.0f} by slot "
-                            + "/".join(f"{x:.2f}" for x in rec["slot_loss"]))
-        bar.update()
-        if step % cfg.eval_every == 0 or step == cfg.steps:
-            if main:
-                config = DecodeConfig(method="spec", block_size=max(2, cfg.block_size),
-                                      max_new_tokens=cfg.eval_max_new_tokens)
-                tpf = heldout_tpf(model, model, heldout, config, mask_id, stop_ids) if heldout else None
-                history[-1]["heldout_tpf"] = tpf
-                _save(model, opt, out, cfg, step, history, base_model, base_sha256, mask_id, names)
-                bar.write(f"step {step}: checkpoint {out}, held-out spec TPF {tpf if tpf is None else round(tpf, 3)}")
-            acc.wait_for_everyone()
-    bar.close()
-    return history
-
-
-def _save(model, opt, out: Path, cfg, step, history, base_model, base_sha256, mask_id, names):
-    tensors = dict(trainable_state(model, cfg)) | adam_tensors(opt, names)  # moments: for an exact resume
-    lora = lora_config(cfg)
-    settings = checkpoint.CheckpointSettings(
-        base_model=base_model, mask_token_id=mask_id, block_size=cfg.block_size, objective=cfg.objective,
-        adapter=cfg.adapter, vocab_size=model.get_input_embeddings().weight.shape[0], base_sha256=base_sha256,
-        lora=None if lora is None else dataclasses.asdict(lora),  # targets: a JSON list
-        training=dict(dataclasses.asdict(cfg), step=step),
-    )
-    write_checkpoint(out, lambda folder: checkpoint.save(folder, settings, tensors), history)
+    return trainer.train(job, cfg, out, resume, progress)
 
 
 def _init_from(model, cfg: TrainConfig, base_model: str, mask_id: int) -> None:
@@ -164,13 +135,6 @@ def _load_grown(model, path, rank: int, scale: float) -> None:
         m.lora_a[:rank] = a
         m.lora_b.zero_()
         m.lora_b[:, :rank] = b.float() * (scale / m.scale)
-
-
-def _resume(model, opt, path, cfg: TrainConfig, names) -> tuple[int, list[dict]]:
-    step = resume_step(checkpoint.read_settings(path).training, cfg)
-    tensors = _load_trainable(model, cfg, path)
-    restore_adam(opt, names, tensors, step)
-    return step, read_history(path)
 
 
 @torch.no_grad()

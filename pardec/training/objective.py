@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-from ..adapters import gated
-from ..masks import CLEAN, additive, block_attention
+from ..model.adapters import gated
+from ..core.masks import CLEAN, additive, block_attention
 from .config import TrainConfig
 from .layout import IGNORE, Blocks
 

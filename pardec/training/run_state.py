@@ -97,11 +97,8 @@ def write_checkpoint(out: str | Path, write: Callable[[Path], None], history: li
 
 
 @torch.no_grad()
-def heldout_tpf(trained: torch.nn.Module, target, prompts: list[list[int]], config: DecodeConfig, mask_id: int,
-                stop_ids, drafter=None) -> float:
-    """Tokens per target forward over held-out prompts, decoded with `config`; `trained` (the adapted
-    target or the drafter) is in eval mode meanwhile."""
-    trained.eval()
-    res = decode(target, prompts, config, mask_id, stop_ids, drafter=drafter)
-    trained.train()
+def heldout_tpf(target, prompts: list[list[int]], config: DecodeConfig, mask_id: int, stop_ids,
+                extras: dict | None = None) -> float:
+    """Tokens per target forward over held-out prompts, decoded with `config`."""
+    res = decode(target, prompts, config, mask_id, stop_ids, extras=extras)
     return sum(len(r.tokens) for r in res) / max(1, sum(r.forwards for r in res))

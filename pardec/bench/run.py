@@ -1,0 +1,112 @@
+"""`pardec bench`'s run: every method on the same prompts, interleaved, after an untimed warm-up.
+
+Speed is only ever reported as a ratio against `ar` measured in the same run (DESIGN.md): absolute CPU
+timings drift with load, ratios of interleaved runs much less. Every finished run is appended to a
+log at once, so a stopped run keeps what it measured and `--resume` reuses it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from .. import tasks
+from ..tasks import Item
+from .methods import Runner
+
+
+@dataclass
+class RunRecord:
+    """One method on one prompt."""
+
+    id: str
+    task: str
+    tokens: list[int]
+    forwards: int
+    steps: list[int]  # tokens committed by each forward
+    seconds: float
+    text: str
+    score: float | None = None  # the task's score of the text; None where the task has none
+    nll: float | None = None  # mean NLL of the tokens under the base model
+
+    def log_line(self, method: str) -> str:
+        fields = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("score", "nll")}
+        return json.dumps(dict(method=method, **fields)) + "\n"
+
+
+@dataclass
+class BenchResult:
+    task: str  # the --task value
+    records: list[dict]  # one summary per method over all prompts (report.summarize)
+    by_task: dict[str, list[dict]]  # the same per task, when the run has several
+    samples: dict[str, list[RunRecord]] = field(default_factory=dict)  # by method label, in item order
+
+
+@torch.no_grad()
+def mean_nll(model, prompt: list[int], tokens: list[int]) -> float:
+    """Mean negative log-likelihood of `tokens` after `prompt` under `model` (plain causal forward)."""
+    if not tokens:
+        return float("nan")
+    ids = torch.tensor([prompt + tokens], device=model.device)
+    logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
+    return float(torch.nn.functional.cross_entropy(logits, ids[0, len(prompt):]))
+
+
+def read_log(path: Path) -> dict[tuple[str, str, str], RunRecord]:
+    """The runs a stopped bench logged, keyed by (method label, task, item id). A last line cut off
+    mid-write is ignored."""
+    done = {}
+    for line in Path(path).read_text().splitlines():
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        method = r.pop("method")
+        done[(method, r["task"], r["id"])] = RunRecord(**r)
+    return done
+
+
+def run_bench(runners: list[Runner], items: list[Item], task: str, nll_model, chat: bool = True,
+              progress: bool = True, log: Path | None = None,
+              done: dict[tuple[str, str, str], RunRecord] | None = None) -> BenchResult:
+    """Run every runner on every item, rotating the order per item so no method always runs first.
+    `nll_model` scores every text (the base model); `log` gets every finished run at once; `done`
+    holds the runs of a stopped run (read_log), reused instead of rerun."""
+    from .report import summarize
+
+    done = done or {}
+    prompts = [runners[0].lm.encode(it.prompt, chat) for it in items]
+    for r in runners:  # warm-up, untimed: first calls allocate and tune kernels
+        r.run(prompts[0], max_new_tokens=4)
+    per: dict[str, list[RunRecord]] = {r.spec.label: [] for r in runners}
+    bar = tqdm(total=len(items) * len(runners), desc="bench", unit="run", disable=not progress)
+    for i, (item, ids) in enumerate(zip(items, prompts)):
+        for r in runners[i % len(runners):] + runners[: i % len(runners)]:
+            label = r.spec.label
+            rec = done.get((label, item.task, item.id))
+            if rec is None:
+                d = r.run(ids)
+                text = r.lm.tokenizer.decode(d.tokens, skip_special_tokens=True)
+                rec = RunRecord(item.id, item.task, d.tokens, d.forwards, d.steps, d.seconds, text)
+                if log is not None:
+                    with open(log, "a") as f:
+                        f.write(rec.log_line(label))
+            per[label].append(rec)
+            runs = per[label]
+            tpf = sum(len(x.tokens) for x in runs) / max(1, sum(x.forwards for x in runs))
+            bar.set_postfix_str(f"{label} TPF {tpf:.2f}")
+            bar.update()
+    bar.close()
+    for runs in per.values():
+        for rec, item, ids in zip(runs, items, prompts):
+            rec.score = tasks.score(item, rec.text)
+            rec.nll = mean_nll(nll_model, ids, rec.tokens)
+    specs = [r.spec for r in runners]
+    names = list(dict.fromkeys(it.task for it in items))
+    by_task = {t: summarize(per, specs, t) for t in names} if len(names) > 1 else {}
+    return BenchResult(task, summarize(per, specs), by_task, per)

@@ -1,0 +1,66 @@
+"""A whole `pardec bench`: load the models, make the runners, run (or resume), write the files."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..decoding import DecodeConfig
+from ..errors import PardecError
+from ..model import checkpoint, load_model
+from ..tasks import load_tasks
+from .methods import make_runners, parse_methods
+from .report import write
+from .run import BenchResult, read_log, run_bench
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    model: str
+    methods: str  # --methods
+    task: str  # --task
+    out: Path
+    dtype: torch.dtype = torch.bfloat16
+    adapter: str | None = "auto"
+    drafter: str | None = "auto"
+    limit: int | None = None
+    offset: int = 0
+    max_new_tokens: int = 256
+    block_size: int | None = None  # None: each method's trained D (its adapter's, or its drafter's)
+    chat: bool = True
+    resume: bool = False
+    command: str = ""  # recorded with the results
+    progress: bool = True
+
+
+def bench(opts: BenchOptions) -> BenchResult:
+    base = DecodeConfig(max_new_tokens=opts.max_new_tokens,
+                        **({} if opts.block_size is None else {"block_size": opts.block_size}))
+    specs = parse_methods(opts.methods, base)
+    # Each method's own adapter is checked before any model loads, so a bad path fails fast.
+    own_paths = {s.adapter for s in specs if s.adapter is not None}
+    for path in own_paths:
+        checkpoint.read_settings(path)
+    items = load_tasks(opts.task, opts.limit, opts.offset)
+    out = Path(opts.out)
+    progress = out / "progress.jsonl"
+    if opts.resume and not progress.is_file():
+        raise PardecError(f"nothing to resume: {progress} does not exist")
+    lm = load_model(opts.model, opts.dtype, opts.adapter)
+    own = {path: load_model(opts.model, opts.dtype, path) for path in own_paths}
+    runners = make_runners(lm, specs, own, opts.block_size is not None, {"drafter": opts.drafter})
+    # NLL is measured under the untouched base model. A gated adapter is off in plain forwards, so
+    # there the adapted model already is the base model.
+    kinds = {m.adapter_settings.adapter for m in [lm, *own.values()] if m.adapter_settings is not None}
+    nll_model = lm.model if kinds <= {"gated-lora"} else load_model(opts.model, opts.dtype, "none").model
+    out.mkdir(parents=True, exist_ok=True)
+    if not opts.resume:
+        progress.unlink(missing_ok=True)
+    done = read_log(progress) if opts.resume else {}
+    result = run_bench(runners, items, opts.task, nll_model, chat=opts.chat, progress=opts.progress,
+                       log=progress, done=done)
+    write(result, out, opts.command, None if lm.adapter is None else str(lm.adapter))
+    progress.unlink()  # samples.jsonl now holds every run
+    return result

@@ -1,0 +1,38 @@
+"""The `pardec` command line: one module per subcommand, each parsing its arguments and calling the
+library. Errors the user can fix (PardecError) print one line and exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import PardecError
+from . import bench, distill, export, generate, models, retrofit, train_drafter
+
+COMMANDS = {"generate": generate, "bench": bench, "distill": distill, "retrofit": retrofit,
+            "train-drafter": train_drafter, "export": export, "models": models}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pardec",
+        description="Decode several tokens per forward pass with a retrofitted causal LM.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    for module in COMMANDS.values():
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    args.argv = argv  # recorded with bench results: the exact command
+    try:
+        COMMANDS[args.command].run(args)
+    except PardecError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0

@@ -1,0 +1,62 @@
+"""`pardec generate`: text for a prompt (streamed) or for a JSONL file of prompts (JSON lines)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from ..errors import PardecError
+from . import common
+
+HELP = "generate text for a prompt or a JSONL file of prompts"
+
+
+def add_parser(sub) -> None:
+    g = sub.add_parser("generate", help=HELP,
+                       description="Generate text, streaming it as tokens are committed, or as JSON lines.")
+    src = g.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", help="the user message")
+    src.add_argument("--prompt-file", help="JSONL file, one object per line with a 'prompt' field")
+    common.add_model_args(g)
+    common.add_adapter_arg(g)
+    common.add_drafter_arg(g)
+    common.add_decode_args(g)
+    g.add_argument("--no-chat", action="store_true", help="feed the prompt as raw text, without the chat template")
+    g.add_argument("--json", action="store_true",
+                   help="print one JSON object per prompt (text, new_tokens, forwards, tokens_per_forward, "
+                        "seconds, method)")
+    g.add_argument("--batch-size", type=int, default=1, help="prompts decoded together with --json (default 1)")
+
+
+def run(args) -> None:
+    from ..api import configure, generate
+    from ..datafiles import read_jsonl
+    from ..model import load_model
+
+    config = common.decode_config(args)
+    if args.batch_size < 1:
+        raise PardecError(f"batch size must be >= 1, got {args.batch_size}")
+    if args.prompt is not None:
+        prompts = [args.prompt]
+    else:
+        prompts = [row["prompt"] for row in read_jsonl(args.prompt_file, ("prompt",))]
+    for p in prompts:
+        if not p.strip():
+            raise PardecError("empty prompt")
+    lm = load_model(args.model, common.dtype(args), args.adapter)
+    config, extras = configure(lm, config, args.block_size is not None, {"drafter": args.drafter})
+    chat = not args.no_chat
+    for p in prompts:  # fail before any output if one prompt is unusable
+        lm.encode(p, chat)
+    if args.json:
+        for i in range(0, len(prompts), args.batch_size):
+            for out in generate(lm, prompts[i : i + args.batch_size], config, chat=chat, extras=extras):
+                print(json.dumps(out.as_json()), flush=True)
+        return
+    for p in prompts:
+        out = generate(lm, [p], config, chat=chat, extras=extras,
+                       on_text=lambda _i, delta: print(delta, end="", flush=True))[0]
+        print()
+        print(f"[{out.method}: {out.new_tokens} tokens, {out.forwards} forwards, "
+              f"{out.tokens_per_forward:.2f} tokens/forward, {out.seconds:.2f} s; adapter: {lm.adapter or 'none'}]",
+              file=sys.stderr)

