@@ -1,8 +1,8 @@
 """The Python API: text prompts in, texts and statistics out.
 
-    from pardec import DecodeConfig, generate, load_model
-    lm = load_model("smollm2-135m", dtype=torch.float32)
-    outs = generate(lm, ["Write a haiku."], DecodeConfig(method="spec"))
+from pardec import DecodeConfig, generate, load_model
+lm = load_model("smollm2-135m", dtype=torch.float32)
+outs = generate(lm, ["Write a haiku."], DecodeConfig(method="spec"))
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 from . import methods  # noqa: F401  (registers the methods with models of their own)
 from .decoding import METHODS, DecodeConfig, decode
 from .model import LoadedModel
+
 
 @dataclass(frozen=True)
 class Output:
@@ -30,14 +31,23 @@ class Output:
 
     def as_json(self) -> dict:
         return {
-            "text": self.text, "new_tokens": self.new_tokens, "forwards": self.forwards,
-            "tokens_per_forward": round(self.tokens_per_forward, 4), "seconds": round(self.seconds, 4),
-            "method": self.method, "finish": self.finish, "accepted_per_step": self.accepted_per_step,
+            "text": self.text,
+            "new_tokens": self.new_tokens,
+            "forwards": self.forwards,
+            "tokens_per_forward": round(self.tokens_per_forward, 4),
+            "seconds": round(self.seconds, 4),
+            "method": self.method,
+            "finish": self.finish,
+            "accepted_per_step": self.accepted_per_step,
         }
 
 
-def configure(lm: LoadedModel, config: DecodeConfig, sets_block_size: bool = False,
-              options: Mapping[str, Any] | None = None) -> tuple[DecodeConfig, dict]:
+def configure(
+    lm: LoadedModel,
+    config: DecodeConfig,
+    sets_block_size: bool = False,
+    options: Mapping[str, Any] | None = None,
+) -> tuple[DecodeConfig, dict]:
     """Settle a config for this model and load what its method needs: (config, extras for `generate`).
 
     Unless `sets_block_size`, decode at the block size the model's adapter was trained with (its
@@ -108,9 +118,17 @@ def generate(
     outs = []
     for i, r in enumerate(results):
         tracker.flush(i)
-        outs.append(Output(
-            text=tracker.text(i, r.tokens), new_tokens=len(r.tokens), forwards=r.forwards,
-            tokens_per_forward=r.tokens_per_forward, seconds=r.seconds, method=config.method,
-            finish=r.finish, accepted_per_step=r.accepted_per_step, token_ids=r.tokens,
-        ))
+        outs.append(
+            Output(
+                text=tracker.text(i, r.tokens),
+                new_tokens=len(r.tokens),
+                forwards=r.forwards,
+                tokens_per_forward=r.tokens_per_forward,
+                seconds=r.seconds,
+                method=config.method,
+                finish=r.finish,
+                accepted_per_step=r.accepted_per_step,
+                token_ids=r.tokens,
+            )
+        )
     return outs

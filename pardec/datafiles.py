@@ -43,7 +43,9 @@ def read_jsonl(path: str | Path, fields: tuple[str, ...] = ()) -> list[dict]:
         except json.JSONDecodeError as e:
             raise PardecError(f"{path}:{n}: not valid JSON ({e.msg})") from e
         if not isinstance(row, dict) or not all(isinstance(row.get(k), str) for k in fields):
-            raise PardecError(f"{path}:{n}: expected an object with string field(s) {', '.join(repr(k) for k in fields)}")
+            raise PardecError(
+                f"{path}:{n}: expected an object with string field(s) {', '.join(repr(k) for k in fields)}"
+            )
         rows.append(row)
     if not rows:
         raise PardecError(f"{path}: no records")

@@ -29,7 +29,9 @@ def cpu_model() -> str:
     except (OSError, subprocess.SubprocessError):
         return platform.processor()
     flags = next((line for line in out.splitlines() if line.startswith("Flags:")), "")
-    name = next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name:")), "?")
+    name = next(
+        (line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name:")), "?"
+    )
     amx = "amx" if "amx_tile" in flags else ("avx512_bf16" if "avx512_bf16" in flags else "no bf16 ISA")
     return f"{name} ({amx}, {torch.get_num_threads()} threads)"
 
@@ -65,7 +67,9 @@ def main(argv: list[str] | None = None) -> None:
             times[kind].append(time.perf_counter() - t)
             # Nothing is kept: the cache returns to the same committed text for the next shape.
             cache.commit(out.fed_pos, torch.zeros_like(out.pending_valid), out.block_logits.shape[1])
-    print(f"{args.model}, adapter {lm.adapter or 'none'}, D = {D}, context {args.context}, bf16; {cpu_model()}")
+    print(
+        f"{args.model}, adapter {lm.adapter or 'none'}, D = {D}, context {args.context}, bf16; {cpu_model()}"
+    )
     base = statistics.median(times["ar"])
     for kind, ts in times.items():
         m = statistics.median(ts)

@@ -2,7 +2,7 @@
 this is much faster than `pardec bench`, which times one prompt at a time. Tune on prompts the
 reported benchmark does not use, e.g. HumanEval 80-163 (the reported runs use 0-79).
 
-    python scripts/tune_tpf.py --task humaneval:80-163 --methods spec,spec@block_reach=0.5 --max-new-tokens 128
+    python scripts/tune_tpf.py --task humaneval:80-163 --methods spec,spec@block_reach=0.5
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--model", default="qwen2.5-coder-0.5b")
     p.add_argument("--adapter", default="auto")
     p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--batch-size", type=int, default=12, help="rows per batch (little padding, bounded memory)")
+    p.add_argument(
+        "--batch-size", type=int, default=12, help="rows per batch (little padding, bounded memory)"
+    )
     args = p.parse_args(argv)
     lm = load_model(args.model, torch.bfloat16, args.adapter)
     prompts = [lm.encode(it.prompt) for it in load_tasks(args.task)]
@@ -41,7 +43,9 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"error: {e}") from None
         tokens = forwards = 0
         for i in range(0, len(prompts), args.batch_size):
-            for r in decode(lm.model, prompts[i : i + args.batch_size], config, lm.mask_id, lm.stop_ids, extras=extras):
+            for r in decode(
+                lm.model, prompts[i : i + args.batch_size], config, lm.mask_id, lm.stop_ids, extras=extras
+            ):
                 tokens, forwards = tokens + len(r.tokens), forwards + r.forwards
         print(f"{spec.label}: TPF {tokens / forwards:.3f} ({tokens} tokens, {forwards} forwards)", flush=True)
 

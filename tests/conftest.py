@@ -13,14 +13,14 @@ torch.set_num_threads(min(2, torch.get_num_threads()))
 def tiny_dir(tmp_path_factory):
     """A tiny random Llama saved with a word-level tokenizer and a chat template: a real model folder
     for CLI and API tests."""
+    from tiny import tiny_model
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    from tiny import tiny_model
-
     words = ["<unk>", "<eos>", "<|im_start|>", "<|im_end|>", "user", "assistant"] + [
-        w for w in "the a cat dog sat on mat and ran far to home big red blue green one two three "
-                   "four five six seven eight nine ten hello world what is it yes no".split()
+        w
+        for w in "the a cat dog sat on mat and ran far to home big red blue green one two three "
+        "four five six seven eight nine ten hello world what is it yes no".split()
     ]
     vocab = {w: i for i, w in enumerate(words)}
     tk = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))

@@ -19,9 +19,20 @@ def data():
 
 
 def config(steps=4):
-    return TrainConfig(objective="nsp", adapter="gated-lora", block_size=4, blocks_per_sequence=6, lora_rank=4,
-                       lora_alpha=8, lr=1e-2, warmup_steps=1, steps=steps, grad_accum=4, bf16=False,
-                       eval_every=steps)
+    return TrainConfig(
+        objective="nsp",
+        adapter="gated-lora",
+        block_size=4,
+        blocks_per_sequence=6,
+        lora_rank=4,
+        lora_alpha=8,
+        lr=1e-2,
+        warmup_steps=1,
+        steps=steps,
+        grad_accum=4,
+        bf16=False,
+        eval_every=steps,
+    )
 
 
 if __name__ == "__main__":

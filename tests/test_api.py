@@ -10,8 +10,12 @@ def test_load_adds_mask_token_and_generate_streams(tiny_dir):
     lm = load_model(tiny_dir, torch.float32)
     assert lm.tokenizer.convert_tokens_to_ids("[MASK]") == lm.mask_id == lm.model.config.mask_token_id
     deltas = []
-    out = generate(lm, ["the cat sat"], DecodeConfig(method="spec", max_new_tokens=15),
-                   on_text=lambda i, d: deltas.append((i, d)))[0]
+    out = generate(
+        lm,
+        ["the cat sat"],
+        DecodeConfig(method="spec", max_new_tokens=15),
+        on_text=lambda i, d: deltas.append((i, d)),
+    )[0]
     assert "".join(d for _, d in deltas) == out.text
     assert out.new_tokens == len(out.token_ids) and out.forwards >= 1
 
@@ -28,9 +32,11 @@ def test_chat_template_is_applied_unless_turned_off(tiny_dir):
 def _model_stub():
     class Cfg:
         eos_token_id = None
+
     class M:
         config = Cfg()
         generation_config = None
+
     return M()
 
 

@@ -13,11 +13,27 @@ from pardec.errors import PardecError
 
 def test_bench_on_a_tiny_model_writes_all_files(tiny_dir, tmp_path, capsys):
     prompts = tmp_path / "p.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ["hello world", "the cat sat", "one two"]))
+    prompts.write_text(
+        "".join(json.dumps({"prompt": p}) + "\n" for p in ["hello world", "the cat sat", "one two"])
+    )
     out = tmp_path / "out"
-    code = main(["bench", "--model", tiny_dir, "--dtype", "float32", "--task", f"jsonl:{prompts}",
-                 "--methods", "hf,ar,threshold@0.0,eb@gamma=0.5,spec@block_size=3", "--max-new-tokens", "10",
-                 "--out", str(out)])
+    code = main(
+        [
+            "bench",
+            "--model",
+            tiny_dir,
+            "--dtype",
+            "float32",
+            "--task",
+            f"jsonl:{prompts}",
+            "--methods",
+            "hf,ar,threshold@0.0,eb@gamma=0.5,spec@block_size=3",
+            "--max-new-tokens",
+            "10",
+            "--out",
+            str(out),
+        ]
+    )
     stdout, err = capsys.readouterr()
     assert code == 0, err
     for f in ("results.json", "results.md", "samples.jsonl", "speed_quality.png", "accepted_hist.png"):
@@ -26,7 +42,15 @@ def test_bench_on_a_tiny_model_writes_all_files(tiny_dir, tmp_path, capsys):
     recs = {r["method"]: r for r in res["records"]}
     assert list(recs) == ["hf", "ar", "threshold@0.0", "eb@gamma=0.5", "spec@block_size=3"]
     for r in recs.values():
-        for key in ("method", "tokens_per_forward", "tokens_per_second", "speedup_vs_ar", "identical_to_ar", "score", "nll"):
+        for key in (
+            "method",
+            "tokens_per_forward",
+            "tokens_per_second",
+            "speedup_vs_ar",
+            "identical_to_ar",
+            "score",
+            "nll",
+        ):
             assert key in r
     assert recs["ar"]["speedup_vs_ar"] == 1.0 and recs["ar"]["tokens_per_forward"] == 1.0
     assert recs["spec@block_size=3"]["identical_to_ar"] == 1.0 and recs["hf"]["identical_to_ar"] == 1.0
@@ -38,9 +62,19 @@ def test_bench_on_a_tiny_model_writes_all_files(tiny_dir, tmp_path, capsys):
 def test_method_specs_parse_and_reject_nonsense():
     specs = parse_methods("threshold@0.7,eb@gamma=0.25,spec@8@temperature=0", DecodeConfig())
     assert [s.label for s in specs][0] == "ar"  # added: every speedup is relative to it
-    assert specs[1].config.threshold == 0.7 and specs[2].config.gamma == 0.25 and specs[3].config.block_size == 8
-    for bad in ("beam", "spec@colour=3", "threshold@high", "ar,ar", "threshold@1.5", "spec@adapter=",
-                "dflash@adapter=x", "hf@adapter=x"):
+    assert (
+        specs[1].config.threshold == 0.7 and specs[2].config.gamma == 0.25 and specs[3].config.block_size == 8
+    )
+    for bad in (
+        "beam",
+        "spec@colour=3",
+        "threshold@high",
+        "ar,ar",
+        "threshold@1.5",
+        "spec@adapter=",
+        "dflash@adapter=x",
+        "hf@adapter=x",
+    ):
         with pytest.raises(PardecError):
             parse_methods(bad, DecodeConfig())
     own = parse_methods("spec@adapter=runs/a=b@6,spec@adapter=runs/c", DecodeConfig())
@@ -75,7 +109,15 @@ def test_several_tasks_load_interleaved_with_inclusive_ranges():
     assert [it.task for it in items] == ["humaneval", "mtbench", "humaneval", "mtbench", "humaneval"]
     assert [it.id for it in items if it.task == "humaneval"] == ["HumanEval/2", "HumanEval/3", "HumanEval/4"]
     assert load_tasks("gsm8k", limit=2, offset=5)[0].id == "gsm8k/5"  # no range: --limit/--offset
-    for bad in ("humaneval:4-2", "humaneval:0-", "humaneval:a-b", "humaneval,humaneval", "mmlu:0-3", ",", "mtbench:0-999999"):
+    for bad in (
+        "humaneval:4-2",
+        "humaneval:0-",
+        "humaneval:a-b",
+        "humaneval,humaneval",
+        "mmlu:0-3",
+        ",",
+        "mtbench:0-999999",
+    ):
         with pytest.raises(PardecError):
             load_tasks(bad)
 
@@ -103,11 +145,16 @@ def test_bench_over_several_tasks_reports_each_task_and_all(tiny_dir, tmp_path):
         runs = [r for r in res.samples["threshold@0.0"] if r.task == task]
         assert thr["prompts"] == 2 and thr["new_tokens"] == sum(len(r.tokens) for r in runs)
     total = {r["method"]: r for r in res.records}["threshold@0.0"]
-    assert total["new_tokens"] == sum(r["new_tokens"] for recs in res.by_task.values()
-                                      for r in recs if r["method"] == "threshold@0.0")
+    assert total["new_tokens"] == sum(
+        r["new_tokens"] for recs in res.by_task.values() for r in recs if r["method"] == "threshold@0.0"
+    )
     table = markdown_table(res)
-    assert "### a (2 prompts)" in table and "### b (2 prompts)" in table and "### all tasks (4 prompts" in table
-    single = run_bench(runners, [dataclasses.replace(items[0], task="jsonl")], "jsonl", lm.model, progress=False)
+    assert (
+        "### a (2 prompts)" in table and "### b (2 prompts)" in table and "### all tasks (4 prompts" in table
+    )
+    single = run_bench(
+        runners, [dataclasses.replace(items[0], task="jsonl")], "jsonl", lm.model, progress=False
+    )
     assert single.by_task == {} and "###" not in markdown_table(single)
 
 
@@ -115,10 +162,25 @@ def test_a_stopped_bench_resumes_without_rerunning_what_it_logged(tiny_dir, tmp_
     from pardec.bench import methods as runner  # where the runners call decode
 
     prompts = tmp_path / "p.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ["hello world", "the cat sat", "one two"]))
+    prompts.write_text(
+        "".join(json.dumps({"prompt": p}) + "\n" for p in ["hello world", "the cat sat", "one two"])
+    )
     out = tmp_path / "out"
-    args = ["bench", "--model", tiny_dir, "--dtype", "float32", "--task", f"jsonl:{prompts}",
-            "--methods", "ar,spec@block_size=3", "--max-new-tokens", "6", "--out", str(out)]
+    args = [
+        "bench",
+        "--model",
+        tiny_dir,
+        "--dtype",
+        "float32",
+        "--task",
+        f"jsonl:{prompts}",
+        "--methods",
+        "ar,spec@block_size=3",
+        "--max-new-tokens",
+        "6",
+        "--out",
+        str(out),
+    ]
     real_decode, calls = runner.decode, []
 
     def stop_after_three_runs(model, prompts, config, *a, **kw):
@@ -146,7 +208,10 @@ def test_a_stopped_bench_resumes_without_rerunning_what_it_logged(tiny_dir, tmp_
     assert len(calls) == 6 - 2  # only the runs not in the log
     res = json.loads((out / "results.json").read_text())
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
-    assert len(samples) == 6 and {r["method"]: r for r in res["records"]}["spec@block_size=3"]["identical_to_ar"] == 1.0
+    assert (
+        len(samples) == 6
+        and {r["method"]: r for r in res["records"]}["spec@block_size=3"]["identical_to_ar"] == 1.0
+    )
     first = json.loads(logged[2])  # logged after a run that the resume had to redo
     kept = next(s for s in samples if s["method"] == first["method"] and s["id"] == first["id"])
     assert kept["seconds"] == first["seconds"]  # reused, not rerun

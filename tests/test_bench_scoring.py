@@ -6,14 +6,14 @@ import time
 
 import pytest
 
-from pardec.tasks.sandbox import _netns_prefix, run_program
 from pardec.tasks.gsm8k import answer as gsm8k_answer
 from pardec.tasks.gsm8k import correct as gsm8k_correct
 from pardec.tasks.humaneval import extract_code
 from pardec.tasks.humaneval import passed as humaneval_passed
+from pardec.tasks.sandbox import _netns_prefix, run_program
 
 TASK = {
-    "prompt": "from typing import List\n\ndef add(a: int, b: int) -> int:\n    \"\"\"Add.\"\"\"\n",
+    "prompt": 'from typing import List\n\ndef add(a: int, b: int) -> int:\n    """Add."""\n',
     "entry_point": "add",
     "test": "def check(candidate):\n    assert candidate(2, 3) == 5\n    assert candidate(-1, 1) == 0\n",
 }

@@ -18,10 +18,26 @@ def run_cli(capsys, *args):
 
 def test_generate_json_reports_text_and_statistics(tiny_dir, capsys, tmp_path):
     f = tmp_path / "prompts.jsonl"
-    f.write_text(json.dumps({"prompt": "hello world"}) + "\n\n" + json.dumps({"prompt": "the cat sat"}) + "\n")
-    code, out, err = run_cli(capsys, "generate", "--model", tiny_dir, "--prompt-file", str(f), "--json",
-                             "--dtype", "float32", "--method", "spec", "--max-new-tokens", "12",
-                             "--batch-size", "2")
+    f.write_text(
+        json.dumps({"prompt": "hello world"}) + "\n\n" + json.dumps({"prompt": "the cat sat"}) + "\n"
+    )
+    code, out, err = run_cli(
+        capsys,
+        "generate",
+        "--model",
+        tiny_dir,
+        "--prompt-file",
+        str(f),
+        "--json",
+        "--dtype",
+        "float32",
+        "--method",
+        "spec",
+        "--max-new-tokens",
+        "12",
+        "--batch-size",
+        "2",
+    )
     assert code == 0, err
     lines = [json.loads(line) for line in out.splitlines()]
     assert len(lines) == 2
@@ -32,8 +48,21 @@ def test_generate_json_reports_text_and_statistics(tiny_dir, capsys, tmp_path):
 
 
 def test_generate_streams_the_same_text_as_json(tiny_dir, capsys):
-    common = ["generate", "--model", tiny_dir, "--prompt", "one two three", "--dtype", "float32",
-              "--method", "threshold", "--threshold", "0.0", "--max-new-tokens", "10"]
+    common = [
+        "generate",
+        "--model",
+        tiny_dir,
+        "--prompt",
+        "one two three",
+        "--dtype",
+        "float32",
+        "--method",
+        "threshold",
+        "--threshold",
+        "0.0",
+        "--max-new-tokens",
+        "10",
+    ]
     code, out, err = run_cli(capsys, *common)
     assert code == 0, err
     assert "tokens/forward" in err
@@ -74,20 +103,37 @@ def test_bad_inputs_give_one_line_errors(tiny_dir, capsys, tmp_path):
     bad.write_text('{"prompt": "hello"}\n{"text": 1}\n')
     code, _, err = run_cli(capsys, "generate", "--model", tiny_dir, "--prompt-file", str(bad))
     assert code == 2 and "bad.jsonl:2" in err
-    code, _, err = run_cli(capsys, "generate", "--model", tiny_dir, "--prompt", "hi", "--adapter", str(tmp_path))
+    code, _, err = run_cli(
+        capsys, "generate", "--model", tiny_dir, "--prompt", "hi", "--adapter", str(tmp_path)
+    )
     assert code == 2 and "not a pardec checkpoint" in err
 
 
 def test_errors_exit_non_zero_without_a_traceback(tiny_dir):
-    proc = subprocess.run([sys.executable, "-m", "pardec.cli", "generate", "--model", tiny_dir,
-                           "--prompt", "hello", "--block-size", "-3"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pardec.cli",
+            "generate",
+            "--model",
+            tiny_dir,
+            "--prompt",
+            "hello",
+            "--block-size",
+            "-3",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip() == "error: block size must be an integer >= 1, got -3"
 
 
 def test_help_explains_every_method():
-    proc = subprocess.run([sys.executable, "-m", "pardec.cli", "generate", "--help"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pardec.cli", "generate", "--help"], capture_output=True, text=True
+    )
     assert proc.returncode == 0
     for word in ("ar", "threshold", "eb", "spec", "--no-chat", "--stop", "--json"):
         assert word in proc.stdout
@@ -97,12 +143,37 @@ def test_train_drafter_then_generate_and_bench_with_dflash(tiny_dir, capsys, tmp
     monkeypatch.setenv("PARDEC_CACHE", str(tmp_path / "cache"))
     data = tmp_path / "distilled.jsonl"
     words = "the cat sat on the mat and the dog ran far to home".split()
-    data.write_text("".join(json.dumps({"prompt": " ".join(words[i : i + 3]), "response": " ".join(words[i:] * 2)}) + "\n"
-                            for i in range(6)))
+    data.write_text(
+        "".join(
+            json.dumps({"prompt": " ".join(words[i : i + 3]), "response": " ".join(words[i:] * 2)}) + "\n"
+            for i in range(6)
+        )
+    )
     ck = tmp_path / "drafter"
-    code, _, err = run_cli(capsys, "train-drafter", "--model", tiny_dir, "--data", str(data), "--out", str(ck),
-                           "--dtype", "float32", "--steps", "3", "--eval-every", "3", "--heldout", "1",
-                           "--layers", "1", "--block-size", "4", "--draft-vocab", "14")
+    code, _, err = run_cli(
+        capsys,
+        "train-drafter",
+        "--model",
+        tiny_dir,
+        "--data",
+        str(data),
+        "--out",
+        str(ck),
+        "--dtype",
+        "float32",
+        "--steps",
+        "3",
+        "--eval-every",
+        "3",
+        "--heldout",
+        "1",
+        "--layers",
+        "1",
+        "--block-size",
+        "4",
+        "--draft-vocab",
+        "14",
+    )
     assert code == 0, err
     assert "held-out dflash TPF" in err and (ck / "pardec.json").is_file() and (ck / "curves.png").is_file()
     from safetensors.torch import load_file
@@ -115,8 +186,18 @@ def test_train_drafter_then_generate_and_bench_with_dflash(tiny_dir, capsys, tmp
     assert json.loads((ck / "pardec.json").read_text())["drafter"]["draft_vocab_size"] == 14 == len(vocab)
     assert ids | lm.stop_ids <= set(vocab) and lm.mask_id not in vocab  # 11 words + 2 stops + 1
     assert any((tmp_path / "cache" / "features").glob("*/shard-*.safetensors"))
-    common = ["generate", "--model", tiny_dir, "--prompt", "one two three", "--dtype", "float32",
-              "--max-new-tokens", "10", "--json"]
+    common = [
+        "generate",
+        "--model",
+        tiny_dir,
+        "--prompt",
+        "one two three",
+        "--dtype",
+        "float32",
+        "--max-new-tokens",
+        "10",
+        "--json",
+    ]
     code, out, err = run_cli(capsys, *common, "--method", "dflash", "--drafter", str(ck))
     assert code == 0, err
     rec = json.loads(out)
@@ -127,39 +208,114 @@ def test_train_drafter_then_generate_and_bench_with_dflash(tiny_dir, capsys, tmp
     code, _, err = run_cli(capsys, *common, "--method", "dflash", "--drafter", str(ck), "--block-size", "6")
     assert code == 2 and "exceeds the drafter" in err
     code, _, err = run_cli(capsys, "export", str(ck), str(tmp_path / "hf"), "--format", "dflash")
-    assert code == 0 and json.loads((tmp_path / "hf" / "config.json").read_text())["dflash_config"]["block_size"] == 4
-    assert "draft_vocab" not in load_file(str(tmp_path / "hf" / "model.safetensors"))  # not part of their layout
+    assert (
+        code == 0
+        and json.loads((tmp_path / "hf" / "config.json").read_text())["dflash_config"]["block_size"] == 4
+    )
+    assert "draft_vocab" not in load_file(
+        str(tmp_path / "hf" / "model.safetensors")
+    )  # not part of their layout
     code, _, err = run_cli(capsys, "export", str(ck), str(tmp_path / "shipped"))
-    assert code == 0 and load_file(str(tmp_path / "shipped" / "drafter.safetensors"))["draft_vocab"].tolist() == vocab
-    code, _, err = run_cli(capsys, "train-drafter", "--model", tiny_dir, "--data", str(data), "--out", str(ck),
-                           "--target-layers", "0,x")
+    assert (
+        code == 0
+        and load_file(str(tmp_path / "shipped" / "drafter.safetensors"))["draft_vocab"].tolist() == vocab
+    )
+    code, _, err = run_cli(
+        capsys,
+        "train-drafter",
+        "--model",
+        tiny_dir,
+        "--data",
+        str(data),
+        "--out",
+        str(ck),
+        "--target-layers",
+        "0,x",
+    )
     assert code == 2 and "--target-layers" in err
 
 
 def test_retrofit_from_two_files_warm_started_sets_the_default_block_size(tiny_dir, capsys, tmp_path):
     files = []
-    for name, words in (("code", "def add ( a , b ) : return a + b".split()), ("chat", "the cat sat on the mat".split())):
+    for name, words in (
+        ("code", "def add ( a , b ) : return a + b".split()),
+        ("chat", "the cat sat on the mat".split()),
+    ):
         f = tmp_path / f"{name}.jsonl"
-        f.write_text("".join(json.dumps({"prompt": " ".join(words[i : i + 2]), "response": " ".join(words * 2)}) + "\n"
-                             for i in range(4)))
+        f.write_text(
+            "".join(
+                json.dumps({"prompt": " ".join(words[i : i + 2]), "response": " ".join(words * 2)}) + "\n"
+                for i in range(4)
+            )
+        )
         files.append(str(f))
-    common = ["retrofit", "--model", tiny_dir, "--data", *files, "--dtype", "float32", "--heldout", "2",
-              "--steps", "1", "--eval-every", "1", "--rank", "4", "--alpha", "8"]
+    common = [
+        "retrofit",
+        "--model",
+        tiny_dir,
+        "--data",
+        *files,
+        "--dtype",
+        "float32",
+        "--heldout",
+        "2",
+        "--steps",
+        "1",
+        "--eval-every",
+        "1",
+        "--rank",
+        "4",
+        "--alpha",
+        "8",
+    ]
     code, _, err = run_cli(capsys, *common, "--out", str(tmp_path / "d3"), "--block-size", "3")
     assert code == 0, err
-    code, _, err = run_cli(capsys, *common, "--out", str(tmp_path / "d5"), "--block-size", "5",
-                           "--init-from", str(tmp_path / "d3"))
+    code, _, err = run_cli(
+        capsys,
+        *common,
+        "--out",
+        str(tmp_path / "d5"),
+        "--block-size",
+        "5",
+        "--init-from",
+        str(tmp_path / "d3"),
+    )
     assert code == 0, err
-    code, _, err = run_cli(capsys, *common, "--out", str(tmp_path / "r2"), "--rank", "2", "--init-from", str(tmp_path / "d3"))
+    code, _, err = run_cli(
+        capsys, *common, "--out", str(tmp_path / "r2"), "--rank", "2", "--init-from", str(tmp_path / "d3")
+    )
     assert code == 2 and "cannot start from" in err and "of rank 2 (not less)" in err
-    code, _, err = run_cli(capsys, *common, "--out", str(tmp_path / "r8"), "--rank", "8", "--alpha", "16",
-                           "--init-from", str(tmp_path / "d3"))
+    code, _, err = run_cli(
+        capsys,
+        *common,
+        "--out",
+        str(tmp_path / "r8"),
+        "--rank",
+        "8",
+        "--alpha",
+        "16",
+        "--init-from",
+        str(tmp_path / "d3"),
+    )
     assert code == 0, err
     assert json.loads((tmp_path / "r8" / "pardec.json").read_text())["lora"]["rank"] == 8
-    code, _, err = run_cli(capsys, *common, "--out", str(tmp_path / "att"), "--targets", "attention",
-                           "--init-from", str(tmp_path / "d3"))
+    code, _, err = run_cli(
+        capsys,
+        *common,
+        "--out",
+        str(tmp_path / "att"),
+        "--targets",
+        "attention",
+        "--init-from",
+        str(tmp_path / "d3"),
+    )
     assert code == 0, err
-    assert json.loads((tmp_path / "att" / "pardec.json").read_text())["lora"]["targets"] == ["q_proj", "k_proj", "v_proj", "o_proj"]
+    assert json.loads((tmp_path / "att" / "pardec.json").read_text())["lora"]["targets"] == [
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+    ]
     code, _, err = run_cli(capsys, *common, "--out", str(tmp_path / "bad"), "--targets", "q_proj,q_proj")
     assert code == 2 and "targets" in err
     code, _, err = run_cli(capsys, *common, "--out", str(tmp_path / "bad"), "--targets", "atention")
@@ -167,8 +323,21 @@ def test_retrofit_from_two_files_warm_started_sets_the_default_block_size(tiny_d
     # bench and generate decode with the adapter's trained D unless told otherwise.
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(json.dumps({"prompt": "one two"}) + "\n")
-    bench = ["bench", "--model", tiny_dir, "--adapter", str(tmp_path / "d5"), "--task", f"jsonl:{prompts}",
-             "--methods", "ar,spec", "--max-new-tokens", "4", "--dtype", "float32"]
+    bench = [
+        "bench",
+        "--model",
+        tiny_dir,
+        "--adapter",
+        str(tmp_path / "d5"),
+        "--task",
+        f"jsonl:{prompts}",
+        "--methods",
+        "ar,spec",
+        "--max-new-tokens",
+        "4",
+        "--dtype",
+        "float32",
+    ]
     code, _, err = run_cli(capsys, *bench, "--out", str(tmp_path / "b1"))
     assert code == 0, err
     recs = {r["method"]: r for r in json.loads((tmp_path / "b1" / "results.json").read_text())["records"]}
@@ -178,7 +347,9 @@ def test_retrofit_from_two_files_warm_started_sets_the_default_block_size(tiny_d
     assert code == 0 and recs["spec"]["config"]["block_size"] == 2
     # Two adapters against the same ar in one run; each decodes with its own trained D, both lossless.
     other = f"spec@adapter={tmp_path / 'd3'}"
-    code, _, err = run_cli(capsys, *bench[:-5], "ar,spec," + other, *bench[-4:], "--out", str(tmp_path / "b3"))
+    code, _, err = run_cli(
+        capsys, *bench[:-5], "ar,spec," + other, *bench[-4:], "--out", str(tmp_path / "b3")
+    )
     assert code == 0, err
     res = json.loads((tmp_path / "b3" / "results.json").read_text())
     recs = {r["method"]: r for r in res["records"]}
@@ -186,6 +357,12 @@ def test_retrofit_from_two_files_warm_started_sets_the_default_block_size(tiny_d
     assert recs[other]["adapter"] == str(tmp_path / "d3") and recs[other]["config"]["block_size"] == 3
     assert recs["spec"]["config"]["block_size"] == 5
     assert recs[other]["identical_to_ar"] == 1.0 and recs["spec"]["identical_to_ar"] == 1.0
-    code, _, err = run_cli(capsys, *bench[:-5], "ar,spec@adapter=" + str(tmp_path / "nothing"), *bench[-4:],
-                           "--out", str(tmp_path / "b4"))
+    code, _, err = run_cli(
+        capsys,
+        *bench[:-5],
+        "ar,spec@adapter=" + str(tmp_path / "nothing"),
+        *bench[-4:],
+        "--out",
+        str(tmp_path / "b4"),
+    )
     assert code == 2 and "not a pardec checkpoint" in err

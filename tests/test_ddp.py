@@ -6,11 +6,11 @@ import sys
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
-
 from ddp_worker import VOCAB, config, data
-from pardec.training.loop import retrofit
+from safetensors.torch import load_file
 from tiny import tiny_model
+
+from pardec.training.loop import retrofit
 
 
 def free_port():
@@ -22,8 +22,21 @@ def free_port():
 def test_two_gloo_processes_match_one_process(tmp_path):
     worker = Path(__file__).with_name("ddp_worker.py")
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
-         str(worker), str(tmp_path / "ddp")], capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--master_port",
+            str(free_port()),
+            str(worker),
+            str(tmp_path / "ddp"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     model, mask_id = tiny_model("llama", vocab=VOCAB)
     hist = retrofit(model, mask_id, data(), [], config(), tmp_path / "single", "tiny", None, progress=False)

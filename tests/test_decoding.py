@@ -1,16 +1,16 @@
 """Exactness of every decoding policy on tiny random models, fp32."""
 
+import dataclasses
+
 import pytest
 import torch
-
-import dataclasses
+from tiny import tiny_model
 
 from pardec.decoding import METHODS, DecodeConfig, decode
 from pardec.decoding import engine as engine_mod
 from pardec.decoding.spec import Speculative
 from pardec.decoding.state import Row
 from pardec.decoding.verifier import Drafts
-from tiny import tiny_model
 
 PROMPTS = [[1, 2, 3, 4, 5], [7, 8, 9], [10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20]]
 N = 24
@@ -22,9 +22,15 @@ def tiny(request):
 
 
 def hf_greedy(model, mask_id, prompt, n=N):
-    out = model.generate(torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                         suppress_tokens=[mask_id], pad_token_id=0)
-    return out[0, len(prompt):].tolist()
+    out = model.generate(
+        torch.tensor([prompt]),
+        max_new_tokens=n,
+        min_new_tokens=n,
+        do_sample=False,
+        suppress_tokens=[mask_id],
+        pad_token_id=0,
+    )
+    return out[0, len(prompt) :].tolist()
 
 
 def run(model, mask_id, prompts, **kw):
@@ -40,14 +46,34 @@ def test_ar_greedy_equals_transformers_generate(tiny):
         assert got.forwards == N and got.accepted_per_step == [1] * N
 
 
-@pytest.mark.parametrize("block_size,draft_blocks,block_at", [
-    (2, 1, None), (4, 1, None), (7, 1, None), (2, 2, None), (4, 3, None), (7, 7, None), (4, 1, 0), (7, 1, 2), (7, 3, 1)])
+@pytest.mark.parametrize(
+    "block_size,draft_blocks,block_at",
+    [
+        (2, 1, None),
+        (4, 1, None),
+        (7, 1, None),
+        (2, 2, None),
+        (4, 3, None),
+        (7, 7, None),
+        (4, 1, 0),
+        (7, 1, 2),
+        (7, 3, 1),
+    ],
+)
 def test_spec_greedy_equals_ar(tiny, block_size, draft_blocks, block_at):
     model, mask_id = tiny
     for prompt in PROMPTS:
         ar = run(model, mask_id, [prompt], method="ar")[0]
-        spec = run(model, mask_id, [prompt], method="spec", block_size=block_size, draft_blocks=draft_blocks,
-                   block_at=block_at, block_reach=0.0)[0]  # block_at None: after all drafts
+        spec = run(
+            model,
+            mask_id,
+            [prompt],
+            method="spec",
+            block_size=block_size,
+            draft_blocks=draft_blocks,
+            block_at=block_at,
+            block_reach=0.0,
+        )[0]  # block_at None: after all drafts
         assert spec.tokens == ar.tokens
         assert sum(spec.accepted_per_step) == N and spec.forwards == len(spec.accepted_per_step)
         assert max(spec.accepted_per_step) <= block_size
@@ -91,8 +117,17 @@ def test_spec_greedy_equals_ar_with_oracle_and_wrong_drafts(tiny, monkeypatch):
     ar = use_oracle(OracleSpec, model, mask_id, prompt, monkeypatch)
     forwards = {}
     for draft_blocks in (1, 2, 4):
-        spec = run(model, mask_id, [prompt], method="spec", block_size=4, draft_blocks=draft_blocks,
-                   block_at=None, block_reach=0.0, max_new_tokens=40)[0]
+        spec = run(
+            model,
+            mask_id,
+            [prompt],
+            method="spec",
+            block_size=4,
+            draft_blocks=draft_blocks,
+            block_at=None,
+            block_reach=0.0,
+            max_new_tokens=40,
+        )[0]
         assert spec.tokens == ar.tokens
         steps = spec.accepted_per_step
         assert max(steps) == 4 and any(1 < s < 4 for s in steps), steps  # full and partial acceptance
@@ -100,7 +135,9 @@ def test_spec_greedy_equals_ar_with_oracle_and_wrong_drafts(tiny, monkeypatch):
     # Blocks for more acceptance lengths: no step without drafts after a rejection, so fewer forwards.
     assert max(forwards[2], forwards[4]) < forwards[1] < ar.forwards
     for block_at in (0, 1):
-        spec = run(model, mask_id, [prompt], method="spec", block_size=4, block_at=block_at, max_new_tokens=40)[0]
+        spec = run(
+            model, mask_id, [prompt], method="spec", block_size=4, block_at=block_at, max_new_tokens=40
+        )[0]
         assert spec.tokens == ar.tokens
         assert spec.forwards <= forwards[1]
 
@@ -111,16 +148,23 @@ def one_hot_logits(ids, V=16):
     return out
 
 
-@pytest.mark.parametrize("block_at,accepted,drafts", [
-    (None, 3, [21, 22, 23]),  # block after all 3 drafts, all accepted: its slots 1..3
-    (None, 1, []),  # a rejection: that block saw a wrong draft, so no drafts
-    (0, 1, [22, 23]),  # block after 0 drafts: slots 0-1 are now committed text, 2-3 draft
-    (1, 1, [21, 22, 23]),
-    (1, 0, []),  # fewer accepted than the block assumed
-])
-def test_spec_takes_next_drafts_from_the_block_started_at_or_before_the_accepted_end(block_at, accepted, drafts):
+@pytest.mark.parametrize(
+    "block_at,accepted,drafts",
+    [
+        (None, 3, [21, 22, 23]),  # block after all 3 drafts, all accepted: its slots 1..3
+        (None, 1, []),  # a rejection: that block saw a wrong draft, so no drafts
+        (0, 1, [22, 23]),  # block after 0 drafts: slots 0-1 are now committed text, 2-3 draft
+        (1, 1, [21, 22, 23]),
+        (1, 0, []),  # fewer accepted than the block assumed
+    ],
+)
+def test_spec_takes_next_drafts_from_the_block_started_at_or_before_the_accepted_end(
+    block_at, accepted, drafts
+):
     V, mask_id = 32, 31
-    policy = Speculative(DecodeConfig(method="spec", block_size=4, block_at=block_at, block_reach=0.0), mask_id, None)
+    policy = Speculative(
+        DecodeConfig(method="spec", block_size=4, block_at=block_at, block_reach=0.0), mask_id, None
+    )
     row = Row(index=0, committed=[5], n_prompt=1, budget=100, state=Drafts([1, 2, 3]))
     [(back, _)] = policy.blocks(row)
     assert back == 3 - (3 if block_at is None else block_at)
@@ -143,20 +187,26 @@ def logits_with_confidence(tokens, conf, V=16):
 def test_draft_cutoff_keeps_the_prefix_whose_confidence_product_reaches_it(cutoff, kept):
     policy = Speculative(DecodeConfig(method="spec", block_size=5, draft_cutoff=cutoff), 15, None)
     row = Row(index=0, committed=[5], n_prompt=1, budget=100, state=Drafts())
-    policy.set_drafts(row, logits_with_confidence([3, 4, 5, 6], [0.9, 0.8, 0.5, 0.9]))  # products .9 .72 .36 .32
+    policy.set_drafts(
+        row, logits_with_confidence([3, 4, 5, 6], [0.9, 0.8, 0.5, 0.9])
+    )  # products .9 .72 .36 .32
     assert row.state.tokens == [3, 4, 5, 6][:kept] and row.state.probs is None
 
 
-@pytest.mark.parametrize("draft_blocks,accepted,drafts", [
-    (1, 4, [23, 24]),  # block after the 2 confident drafts; 4 accepted: slot 2 is the bonus, 3.. draft
-    (1, 2, [21, 22, 23, 24]),  # exactly the 2 it assumed: slots 1..
-    (1, 1, []),  # fewer accepted than the block assumed: no drafts
-    (2, 1, [32, 33, 34]),  # the fallback block after 0 drafts: slots 2..
-])
+@pytest.mark.parametrize(
+    "draft_blocks,accepted,drafts",
+    [
+        (1, 4, [23, 24]),  # block after the 2 confident drafts; 4 accepted: slot 2 is the bonus, 3.. draft
+        (1, 2, [21, 22, 23, 24]),  # exactly the 2 it assumed: slots 1..
+        (1, 1, []),  # fewer accepted than the block assumed: no drafts
+        (2, 1, [32, 33, 34]),  # the fallback block after 0 drafts: slots 2..
+    ],
+)
 def test_block_reach_feeds_the_block_after_the_likely_accepted_drafts(draft_blocks, accepted, drafts):
     V, mask_id = 48, 47
-    policy = Speculative(DecodeConfig(method="spec", block_size=5, block_reach=0.5, draft_blocks=draft_blocks),
-                         mask_id, None)
+    policy = Speculative(
+        DecodeConfig(method="spec", block_size=5, block_reach=0.5, draft_blocks=draft_blocks), mask_id, None
+    )
     row = Row(index=0, committed=[5], n_prompt=1, budget=100, state=Drafts())
     policy.set_drafts(row, logits_with_confidence([1, 2, 3, 4], [0.9, 0.8, 0.5, 0.9], V))  # .9 .72 .36 .32
     assert row.state.tokens == [1, 2, 3, 4]  # block_reach only places the block; every draft is fed
@@ -194,8 +244,16 @@ def test_spec_with_block_reach_equals_ar(tiny, monkeypatch):
     monkeypatch.setattr(ReachSpec, "blocks", spy)
     for reach, draft_blocks in ((0.4, 1), (0.4, 2), (0.9, 1)):
         backs.clear()
-        spec = run(model, mask_id, [prompt], method="spec", block_size=5, block_reach=reach,
-                   draft_blocks=draft_blocks, max_new_tokens=40)[0]
+        spec = run(
+            model,
+            mask_id,
+            [prompt],
+            method="spec",
+            block_size=5,
+            block_reach=reach,
+            draft_blocks=draft_blocks,
+            max_new_tokens=40,
+        )[0]
         assert spec.tokens == ar.tokens
         assert spec.forwards < ar.forwards
         # The block sits after some but not all drafts somewhere: neither before nor after all of them.
@@ -251,8 +309,9 @@ def test_threshold_at_one_commits_one_token_per_forward_and_equals_ar(tiny):
 
 def test_threshold_at_zero_commits_one_token_or_a_full_block(tiny):
     model, mask_id = tiny
-    th = run(model, mask_id, [PROMPTS[0]], method="threshold", threshold=0.0, block_size=4,
-             max_new_tokens=20)[0]
+    th = run(
+        model, mask_id, [PROMPTS[0]], method="threshold", threshold=0.0, block_size=4, max_new_tokens=20
+    )[0]
     assert set(th.accepted_per_step) <= {1, 4}  # a whole block, or the NTP token alone when slot 0 disagrees
     ar = run(model, mask_id, [PROMPTS[0]], method="ar", max_new_tokens=1)[0]
     assert th.tokens[0] == ar.tokens[0]  # the first token of a step is the NTP token
@@ -262,7 +321,9 @@ def test_threshold_keeps_the_confident_prefix_only_when_the_block_agrees_on_slot
     from pardec.decoding.threshold import Threshold
 
     V, D = 10, 4
-    policy = Threshold(DecodeConfig(method="threshold", threshold=0.8, block_size=D), mask_id=9, generator=None)
+    policy = Threshold(
+        DecodeConfig(method="threshold", threshold=0.8, block_size=D), mask_id=9, generator=None
+    )
 
     def peaked(token, p):  # logits whose softmax puts p on `token`, the rest spread evenly
         row = torch.full((V,), float(torch.log(torch.tensor((1 - p) / (V - 1)))))
@@ -287,8 +348,12 @@ def test_eb_with_gamma_zero_reveals_one_slot_per_forward(tiny):
 
 def test_batch_of_different_lengths_equals_each_alone(tiny):
     model, mask_id = tiny
-    for kw in [dict(method="ar"), dict(method="spec", block_size=3), dict(method="threshold", threshold=0.05),
-               dict(method="eb", gamma=0.5)]:
+    for kw in [
+        dict(method="ar"),
+        dict(method="spec", block_size=3),
+        dict(method="threshold", threshold=0.05),
+        dict(method="eb", gamma=0.5),
+    ]:
         alone = [run(model, mask_id, [p], **kw)[0] for p in PROMPTS]
         batch = run(model, mask_id, PROMPTS, **kw)
         assert [b.tokens for b in batch] == [a.tokens for a in alone], kw

@@ -5,13 +5,13 @@ import dataclasses
 
 import pytest
 import torch
+from tiny import tiny_model
 
 from pardec.decoding import METHODS, DecodeConfig, decode
+from pardec.errors import PardecError
 from pardec.methods.dflash import ContextCache, DFlash, Drafter, DrafterConfig, target_features
 from pardec.methods.dflash.context import DraftHead
 from pardec.methods.dflash.model import choose_draft_vocab, embedding_scale, init_from_target
-from pardec.errors import PardecError
-from tiny import tiny_model
 
 PROMPTS = [[1, 2, 3, 4, 5], [7, 8, 9], [10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20]]
 N = 24
@@ -59,8 +59,10 @@ class OracleDFlash(DFlash):
         for r in rows:
             start = len(r.committed) - r.n_prompt
             truth = self.truth[r.index] + [0] * 16
-            r.state.tokens = [truth[i] if (i * 2654435761) % 97 % 10 >= 3 else (truth[i] + 1) % 40
-                              for i in range(start, start + len(r.state.tokens))]
+            r.state.tokens = [
+                truth[i] if (i * 2654435761) % 97 % 10 >= 3 else (truth[i] + 1) % 40
+                for i in range(start, start + len(r.state.tokens))
+            ]
         OracleDFlash.checks += 1
 
 
@@ -74,19 +76,31 @@ def check_context(policy, rows):
         text = r.committed[:-1]
         assert ctx.pos[b][ctx.valid[b]].tolist() == list(range(len(text)))
         hs = target(torch.tensor([text]), output_hidden_states=True).hidden_states
-        fresh = drafter.context_kv(target_features(hs, drafter.cfg.target_layers), torch.arange(len(text))[None])
+        fresh = drafter.context_kv(
+            target_features(hs, drafter.cfg.target_layers), torch.arange(len(text))[None]
+        )
         for (k, v), (fk, fv) in zip(ctx.kv, fresh):
             torch.testing.assert_close(k[b][:, ctx.valid[b]], fk[0], atol=1e-4, rtol=1e-4)
             torch.testing.assert_close(v[b][:, ctx.valid[b]], fv[0], atol=1e-4, rtol=1e-4)
         one = ContextCache(drafter, 1, "cpu")
-        one.append(target_features(hs, drafter.cfg.target_layers), torch.arange(len(text))[None],
-                   torch.ones(1, len(text), dtype=torch.bool))
+        one.append(
+            target_features(hs, drafter.cfg.target_layers),
+            torch.arange(len(text))[None],
+            torch.ones(1, len(text), dtype=torch.bool),
+        )
         D = policy.cfg.block_size
         emb, head = target.get_input_embeddings(), policy.head
         anchor, apos = torch.tensor([r.committed[-1]]), torch.tensor([len(text)])
-        batched = ctx.draft_logits(emb, head, torch.tensor([x.committed[-1] for x in rows]),
-                                   torch.tensor([len(x.committed) - 1 for x in rows]), D)[b]
-        torch.testing.assert_close(batched, one.draft_logits(emb, head, anchor, apos, D)[0], atol=1e-4, rtol=1e-4)
+        batched = ctx.draft_logits(
+            emb,
+            head,
+            torch.tensor([x.committed[-1] for x in rows]),
+            torch.tensor([len(x.committed) - 1 for x in rows]),
+            D,
+        )[b]
+        torch.testing.assert_close(
+            batched, one.draft_logits(emb, head, anchor, apos, D)[0], atol=1e-4, rtol=1e-4
+        )
 
 
 def test_context_cache_stays_exact_after_partial_acceptance(tiny, monkeypatch):
@@ -149,7 +163,9 @@ def test_draft_head_matches_the_full_head_on_its_vocabulary(tiny):
     lf, ls = full(h), sub(h)  # [2, 3, V], [2, 3, 4]
     assert ls.shape[-1] == 4 and torch.isinf(lf[..., mask_id]).all()  # [MASK] is never drafted
     torch.testing.assert_close(ls, lf[..., vocab])
-    assert sub.token_ids(torch.tensor([0, 3])).tolist() == [1, 20] and full.token_ids(torch.tensor([5])).tolist() == [5]
+    assert sub.token_ids(torch.tensor([0, 3])).tolist() == [1, 20] and full.token_ids(
+        torch.tensor([5])
+    ).tolist() == [5]
     p = torch.softmax(ls, -1)
     spread = sub.full(p)  # [2, 3, V]
     assert torch.equal(spread[..., vocab], p) and spread.sum(-1).allclose(torch.ones(2, 3))
@@ -162,7 +178,9 @@ def test_dflash_with_a_small_draft_vocabulary_still_equals_ar(tiny, monkeypatch)
     V = model.get_output_embeddings().weight.shape[0]
     cfg = DrafterConfig.for_target(model.config, mask_id, n_layers=2, block_size=4, draft_vocab_size=8)
     small = Drafter(cfg).eval()
-    small.load_state_dict({**drafter.state_dict(), "draft_vocab": choose_draft_vocab(PROMPTS, 8, V, exclude=[mask_id])})
+    small.load_state_dict(
+        {**drafter.state_dict(), "draft_vocab": choose_draft_vocab(PROMPTS, 8, V, exclude=[mask_id])}
+    )
     drafted = []
 
     class Spy(DFlash):

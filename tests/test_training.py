@@ -3,16 +3,16 @@ is exact."""
 
 import pytest
 import torch
+from tiny import tiny_model
 
-from pardec.model import adapters, checkpoint
 from pardec.core.cache import BlockCache
-from pardec.decoding import DecodeConfig, decode
 from pardec.core.step import Block, block_step
-from pardec.training.config import TrainConfig
+from pardec.decoding import DecodeConfig, decode
 from pardec.errors import PardecError
+from pardec.model import adapters, checkpoint
+from pardec.training.config import TrainConfig
 from pardec.training.data import Example, split_heldout
 from pardec.training.loop import retrofit
-from tiny import tiny_model
 
 VOCAB = 32
 
@@ -63,9 +63,21 @@ def test_plain_lora_changes_ntp_logits():
 
 
 def train_cfg(**kw):
-    base = dict(objective="nsp", adapter="gated-lora", block_size=4, blocks_per_sequence=8, lora_rank=8,
-                lora_alpha=16, lr=3e-3, warmup_steps=2, steps=60, grad_accum=2, bf16=False, eval_every=30,
-                eval_max_new_tokens=24)
+    base = dict(
+        objective="nsp",
+        adapter="gated-lora",
+        block_size=4,
+        blocks_per_sequence=8,
+        lora_rank=8,
+        lora_alpha=16,
+        lr=3e-3,
+        warmup_steps=2,
+        steps=60,
+        grad_accum=2,
+        bf16=False,
+        eval_every=30,
+        eval_max_new_tokens=24,
+    )
     base.update(kw)
     return TrainConfig(**base)
 
@@ -90,7 +102,9 @@ def counting_model():
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
-    prompts = [((torch.randint(0, VOCAB, (1,), generator=g) + torch.arange(5)) % VOCAB).tolist() for _ in range(40)]
+    prompts = [
+        ((torch.randint(0, VOCAB, (1,), generator=g) + torch.arange(5)) % VOCAB).tolist() for _ in range(40)
+    ]
     return model, mask_id, prompts
 
 
@@ -115,7 +129,17 @@ def test_training_on_self_distilled_data_raises_spec_tpf(tmp_path):
 def test_checkpoint_of_an_adapter_loads_and_decodes_the_same(tmp_path):
     model, mask_id = tiny_model("llama", vocab=VOCAB)
     data = [Example([t % VOCAB for t in range(i, i + 30)], 5) for i in range(0, 8)]
-    retrofit(model, mask_id, data, [], train_cfg(steps=4, eval_every=4), tmp_path / "ck", "tiny", None, progress=False)
+    retrofit(
+        model,
+        mask_id,
+        data,
+        [],
+        train_cfg(steps=4, eval_every=4),
+        tmp_path / "ck",
+        "tiny",
+        None,
+        progress=False,
+    )
     fresh, _ = tiny_model("llama", vocab=VOCAB)
     settings = checkpoint.apply(fresh, tmp_path / "ck", "tiny", mask_id)
     assert settings.adapter == "gated-lora" and settings.training["objective"] == "nsp"
@@ -139,9 +163,21 @@ def test_resume_matches_an_uninterrupted_run(tmp_path):
     straight, mask_id = tiny_model("llama", vocab=VOCAB)
     retrofit(straight, mask_id, data, [], cfg, tmp_path / "a", "tiny", None, progress=False)
     first, _ = tiny_model("llama", vocab=VOCAB)
-    retrofit(first, mask_id, data, [], train_cfg(steps=3, eval_every=3), tmp_path / "b", "tiny", None, progress=False)
+    retrofit(
+        first,
+        mask_id,
+        data,
+        [],
+        train_cfg(steps=3, eval_every=3),
+        tmp_path / "b",
+        "tiny",
+        None,
+        progress=False,
+    )
     resumed, _ = tiny_model("llama", vocab=VOCAB)
-    retrofit(resumed, mask_id, data, [], cfg, tmp_path / "c", "tiny", None, resume=tmp_path / "b", progress=False)
+    retrofit(
+        resumed, mask_id, data, [], cfg, tmp_path / "c", "tiny", None, resume=tmp_path / "b", progress=False
+    )
     sa, sc = adapters.adapter_state(straight), adapters.adapter_state(resumed)
     for k in sa:
         torch.testing.assert_close(sc[k], sa[k], rtol=1e-4, atol=1e-6)
@@ -149,16 +185,36 @@ def test_resume_matches_an_uninterrupted_run(tmp_path):
 
 def test_joint_layout_with_sbd_and_ntp_loss_trains(tmp_path):
     model, mask_id = tiny_model("qwen2", vocab=VOCAB)
-    cfg = train_cfg(objective="sbd", adapter="lora", ntp_weight=0.5, min_block_size=2, decay=2.0, steps=60,
-                    lr=1e-2, eval_every=60)
-    hist = retrofit(model, mask_id, counting_examples(), [], cfg, tmp_path / "ck", "tiny", None, progress=False)
+    cfg = train_cfg(
+        objective="sbd",
+        adapter="lora",
+        ntp_weight=0.5,
+        min_block_size=2,
+        decay=2.0,
+        steps=60,
+        lr=1e-2,
+        eval_every=60,
+    )
+    hist = retrofit(
+        model, mask_id, counting_examples(), [], cfg, tmp_path / "ck", "tiny", None, progress=False
+    )
     assert hist[-1]["loss"] < 0.6 * hist[0]["loss"]
 
 
 def test_init_from_warm_starts_with_another_block_size_and_refuses_another_rank(tmp_path):
     data = counting_examples(8)
     first, mask_id = tiny_model("llama", vocab=VOCAB)
-    retrofit(first, mask_id, data, [], train_cfg(steps=3, eval_every=3), tmp_path / "a", "tiny", None, progress=False)
+    retrofit(
+        first,
+        mask_id,
+        data,
+        [],
+        train_cfg(steps=3, eval_every=3),
+        tmp_path / "a",
+        "tiny",
+        None,
+        progress=False,
+    )
     # D 4 -> 6 with a learning rate too small to move the weights: they are the first run's.
     cfg = train_cfg(steps=1, eval_every=1, block_size=6, lr=1e-12, init_from=str(tmp_path / "a"))
     second, _ = tiny_model("llama", vocab=VOCAB)
@@ -167,30 +223,63 @@ def test_init_from_warm_starts_with_another_block_size_and_refuses_another_rank(
     assert any(v.abs().max() > 0 for k, v in sa.items() if k.endswith("lora_b"))  # trained: B starts at 0
     for k in sa:
         torch.testing.assert_close(sb[k], sa[k], rtol=1e-5, atol=1e-7)
-    assert len(hist) == 1 and checkpoint.read_settings(tmp_path / "b").training["init_from"] == str(tmp_path / "a")
+    assert len(hist) == 1 and checkpoint.read_settings(tmp_path / "b").training["init_from"] == str(
+        tmp_path / "a"
+    )
     with pytest.raises(PardecError, match="cannot start from"):  # a smaller rank would lose the update
-        retrofit(tiny_model("llama", vocab=VOCAB)[0], mask_id, data, [], train_cfg(lora_rank=4, init_from=str(tmp_path / "a")),
-                 tmp_path / "c", "tiny", None, progress=False)
+        retrofit(
+            tiny_model("llama", vocab=VOCAB)[0],
+            mask_id,
+            data,
+            [],
+            train_cfg(lora_rank=4, init_from=str(tmp_path / "a")),
+            tmp_path / "c",
+            "tiny",
+            None,
+            progress=False,
+        )
     with pytest.raises(PardecError, match="base model"):
-        retrofit(tiny_model("llama", vocab=VOCAB)[0], mask_id, data, [], cfg, tmp_path / "d", "other", None,
-                 progress=False)
+        retrofit(
+            tiny_model("llama", vocab=VOCAB)[0],
+            mask_id,
+            data,
+            [],
+            cfg,
+            tmp_path / "d",
+            "other",
+            None,
+            progress=False,
+        )
 
 
 def test_init_from_a_smaller_rank_starts_from_the_same_update_and_trains_the_extra_rank(tmp_path):
     data = counting_examples(8)
     first, mask_id = tiny_model("llama", vocab=VOCAB)
-    retrofit(first, mask_id, data, [], train_cfg(steps=3, eval_every=3), tmp_path / "a", "tiny", None, progress=False)
+    retrofit(
+        first,
+        mask_id,
+        data,
+        [],
+        train_cfg(steps=3, eval_every=3),
+        tmp_path / "a",
+        "tiny",
+        None,
+        progress=False,
+    )
     # Rank 8 (alpha 16, scale 2) -> rank 16 with alpha 8 (scale 0.5): the same update, another scale.
     grown, _ = tiny_model("llama", vocab=VOCAB)
-    cfg = train_cfg(steps=1, eval_every=1, lr=1e-12, lora_rank=16, lora_alpha=8, init_from=str(tmp_path / "a"))
+    cfg = train_cfg(
+        steps=1, eval_every=1, lr=1e-12, lora_rank=16, lora_alpha=8, init_from=str(tmp_path / "a")
+    )
     retrofit(grown, mask_id, data, [], cfg, tmp_path / "b", "tiny", None, progress=False)
     old, new = adapters.lora_modules(first), adapters.lora_modules(grown)
     x = torch.randn(3, 5, next(iter(old.values())).lora_a.shape[1])
     for name, m in old.items():
         assert new[name].lora_a.shape[0] == 16 and m.lora_a.shape[0] == 8
         if m.lora_a.shape[1] == x.shape[-1]:
-            torch.testing.assert_close(new[name]._low_rank(x) * new[name].scale, m._low_rank(x) * m.scale,
-                                       rtol=1e-4, atol=1e-6)
+            torch.testing.assert_close(
+                new[name]._low_rank(x) * new[name].scale, m._low_rank(x) * m.scale, rtol=1e-4, atol=1e-6
+            )
     assert all(m.lora_a[8:].abs().sum() > 0 for m in new.values())  # random: B's new columns get gradients
     # Trained on, the extra rank moves off zero.
     more = train_cfg(steps=2, eval_every=2, lora_rank=16, lora_alpha=8, init_from=str(tmp_path / "a"))
@@ -202,7 +291,17 @@ def test_init_from_a_smaller_rank_starts_from_the_same_update_and_trains_the_ext
 def test_init_from_keeps_a_subset_of_targets_and_the_checkpoint_loads_only_those(tmp_path):
     data = counting_examples(8)
     first, mask_id = tiny_model("qwen2", vocab=VOCAB)
-    retrofit(first, mask_id, data, [], train_cfg(steps=3, eval_every=3), tmp_path / "a", "tiny", None, progress=False)
+    retrofit(
+        first,
+        mask_id,
+        data,
+        [],
+        train_cfg(steps=3, eval_every=3),
+        tmp_path / "a",
+        "tiny",
+        None,
+        progress=False,
+    )
     attention = adapters.parse_targets("attention")
     cfg = train_cfg(steps=1, eval_every=1, lr=1e-12, lora_targets=attention, init_from=str(tmp_path / "a"))
     second, _ = tiny_model("qwen2", vocab=VOCAB)
@@ -217,10 +316,21 @@ def test_init_from_keeps_a_subset_of_targets_and_the_checkpoint_loads_only_those
     checkpoint.apply(loaded, tmp_path / "b", "tiny", mask_id)
     assert set(adapters.adapter_state(loaded)) == set(sb)
     # The other way round, the checkpoint lacks the tensors: a clear refusal.
-    mlp_cfg = train_cfg(steps=1, eval_every=1, lora_targets=adapters.parse_targets("mlp"), init_from=str(tmp_path / "b"))
+    mlp_cfg = train_cfg(
+        steps=1, eval_every=1, lora_targets=adapters.parse_targets("mlp"), init_from=str(tmp_path / "b")
+    )
     with pytest.raises(PardecError, match="does not fit this run"):
-        retrofit(tiny_model("qwen2", vocab=VOCAB)[0], mask_id, data, [], mlp_cfg, tmp_path / "c", "tiny", None,
-                 progress=False)
+        retrofit(
+            tiny_model("qwen2", vocab=VOCAB)[0],
+            mask_id,
+            data,
+            [],
+            mlp_cfg,
+            tmp_path / "c",
+            "tiny",
+            None,
+            progress=False,
+        )
 
 
 def test_parse_targets():

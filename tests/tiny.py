@@ -11,9 +11,17 @@ VOCAB = 48
 def tiny_model(kind: str = "llama", seed: int = 0, vocab: int = VOCAB):
     torch.manual_seed(seed)
     common = dict(
-        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-        bos_token_id=None, eos_token_id=None, pad_token_id=None, tie_word_embeddings=False,
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+        tie_word_embeddings=False,
     )
     cfg = LlamaConfig(**common) if kind == "llama" else Qwen2Config(**common)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32, attn_implementation="sdpa")

@@ -6,5 +6,13 @@ from .report import markdown_table
 from .run import BenchResult, RunRecord, run_bench
 from .session import BenchOptions, bench
 
-__all__ = ["BenchOptions", "BenchResult", "MethodSpec", "RunRecord", "bench", "markdown_table", "parse_methods",
-           "run_bench"]
+__all__ = [
+    "BenchOptions",
+    "BenchResult",
+    "MethodSpec",
+    "RunRecord",
+    "bench",
+    "markdown_table",
+    "parse_methods",
+    "run_bench",
+]

@@ -61,8 +61,11 @@ def parse_methods(text: str, base: DecodeConfig) -> list[MethodSpec]:
             except ValueError:
                 raise PardecError(f"bad value '{value}' in '{label}'") from None
         method = "ar" if name == HF else name
-        specs.append(MethodSpec(label, dataclasses.replace(base, method=method, **kw), adapter, frozenset(kw),
-                                hf=name == HF))
+        specs.append(
+            MethodSpec(
+                label, dataclasses.replace(base, method=method, **kw), adapter, frozenset(kw), hf=name == HF
+            )
+        )
     if not any(s.label == "ar" for s in specs):
         specs.insert(0, MethodSpec("ar", dataclasses.replace(base, method="ar")))
     if len({s.label for s in specs}) != len(specs):
@@ -93,7 +96,11 @@ class DecodeRunner:
     extras: dict[str, Any]
 
     def run(self, ids, max_new_tokens=None):
-        config = self.config if max_new_tokens is None else dataclasses.replace(self.config, max_new_tokens=max_new_tokens)
+        config = (
+            self.config
+            if max_new_tokens is None
+            else dataclasses.replace(self.config, max_new_tokens=max_new_tokens)
+        )
         r = decode(self.lm.model, [ids], config, self.lm.mask_id, self.lm.stop_ids, extras=self.extras)[0]
         return Decoded(r.tokens, r.forwards, r.accepted_per_step, r.seconds)
 
@@ -107,15 +114,24 @@ class HFRunner:
         stops = sorted(self.lm.stop_ids)
         t = time.perf_counter()
         out = self.lm.model.generate(
-            torch.tensor([ids], device=self.lm.model.device), max_new_tokens=max_new_tokens or self.spec.config.max_new_tokens,
-            do_sample=False, suppress_tokens=[self.lm.mask_id], eos_token_id=stops or None,
-            pad_token_id=stops[0] if stops else 0)
-        tokens = out[0, len(ids):].tolist()
+            torch.tensor([ids], device=self.lm.model.device),
+            max_new_tokens=max_new_tokens or self.spec.config.max_new_tokens,
+            do_sample=False,
+            suppress_tokens=[self.lm.mask_id],
+            eos_token_id=stops or None,
+            pad_token_id=stops[0] if stops else 0,
+        )
+        tokens = out[0, len(ids) :].tolist()
         return Decoded(tokens, len(tokens), [1] * len(tokens), time.perf_counter() - t)
 
 
-def make_runners(lm: LoadedModel, specs: list[MethodSpec], own: dict[str, LoadedModel], sets_block_size: bool,
-                 options: dict) -> list[Runner]:
+def make_runners(
+    lm: LoadedModel,
+    specs: list[MethodSpec],
+    own: dict[str, LoadedModel],
+    sets_block_size: bool,
+    options: dict,
+) -> list[Runner]:
     """A runner per spec; `own`: the model loaded with each spec's own adapter, by path."""
     runners: list[Runner] = []
     for s in specs:

@@ -14,7 +14,9 @@ from .methods import MethodSpec
 from .run import BenchResult, RunRecord
 
 
-def summarize(per: dict[str, list[RunRecord]], specs: list[MethodSpec], task: str | None = None) -> list[dict]:
+def summarize(
+    per: dict[str, list[RunRecord]], specs: list[MethodSpec], task: str | None = None
+) -> list[dict]:
     """One record per method over the runs of `task` (all runs when None). Speedups compare median
     tokens/s with ar's over the same prompts of the same run."""
     per = {label: [r for r in runs if task is None or r.task == task] for label, runs in per.items()}
@@ -25,21 +27,23 @@ def summarize(per: dict[str, list[RunRecord]], specs: list[MethodSpec], task: st
         runs = per[s.label]
         scores = [r.score for r in runs if r.score is not None]
         nlls = [r.nll for r in runs if r.nll is not None and r.nll == r.nll]
-        records.append(dict(
-            method=s.label,
-            config={k: v for k, v in dataclasses.asdict(s.config).items() if k != "stop"},
-            adapter=s.adapter,  # None: the run's adapter (meta)
-            prompts=len(runs),
-            new_tokens=sum(len(r.tokens) for r in runs),
-            forwards=sum(r.forwards for r in runs),
-            tokens_per_forward=sum(len(r.tokens) for r in runs) / max(1, sum(r.forwards for r in runs)),
-            tokens_per_second=rates[s.label],
-            speedup_vs_ar=rates[s.label] / rates["ar"],
-            identical_to_ar=sum(r.tokens == a.tokens for r, a in zip(runs, ar_runs)) / len(runs),
-            score=statistics.mean(scores) if scores else None,
-            nll=statistics.mean(nlls) if nlls else None,
-            accepted_hist=_hist([n for r in runs for n in r.steps]),
-        ))
+        records.append(
+            dict(
+                method=s.label,
+                config={k: v for k, v in dataclasses.asdict(s.config).items() if k != "stop"},
+                adapter=s.adapter,  # None: the run's adapter (meta)
+                prompts=len(runs),
+                new_tokens=sum(len(r.tokens) for r in runs),
+                forwards=sum(r.forwards for r in runs),
+                tokens_per_forward=sum(len(r.tokens) for r in runs) / max(1, sum(r.forwards for r in runs)),
+                tokens_per_second=rates[s.label],
+                speedup_vs_ar=rates[s.label] / rates["ar"],
+                identical_to_ar=sum(r.tokens == a.tokens for r, a in zip(runs, ar_runs)) / len(runs),
+                score=statistics.mean(scores) if scores else None,
+                nll=statistics.mean(nlls) if nlls else None,
+                accepted_hist=_hist([n for r in runs for n in r.steps]),
+            )
+        )
     return records
 
 
@@ -54,21 +58,30 @@ def markdown_table(result: BenchResult) -> str:
     """The results table; with several tasks, one table per task and one over all prompts."""
     if not result.by_task:
         return _table(result.records, result.task.split(":")[0])  # "humaneval:0-7" scores as humaneval
-    parts = [f"### {task} ({recs[0]['prompts']} prompts)\n\n" + _table(recs, task) for task, recs in result.by_task.items()]
+    parts = [
+        f"### {task} ({recs[0]['prompts']} prompts)\n\n" + _table(recs, task)
+        for task, recs in result.by_task.items()
+    ]
     total = result.records[0]["prompts"]
-    parts.append(f"### all tasks ({total} prompts; score over the scored prompts)\n\n" + _table(result.records, "all"))
+    parts.append(
+        f"### all tasks ({total} prompts; score over the scored prompts)\n\n" + _table(result.records, "all")
+    )
     return "\n".join(parts)
 
 
 def _table(records: list[dict], task: str) -> str:
     score_name = tasks.score_name(task)
-    lines = [f"| method | TPF | tokens/s | speedup vs ar | identical to ar | {score_name} | NLL |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"| method | TPF | tokens/s | speedup vs ar | identical to ar | {score_name} | NLL |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in records:
         score = "-" if r["score"] is None else f"{r['score']:.3f}"
         nll = "-" if r["nll"] is None else f"{r['nll']:.3f}"
-        lines.append(f"| {r['method']} | {r['tokens_per_forward']:.2f} | {r['tokens_per_second']:.2f} | "
-                     f"{r['speedup_vs_ar']:.2f}x | {r['identical_to_ar']:.2f} | {score} | {nll} |")
+        lines.append(
+            f"| {r['method']} | {r['tokens_per_forward']:.2f} | {r['tokens_per_second']:.2f} | "
+            f"{r['speedup_vs_ar']:.2f}x | {r['identical_to_ar']:.2f} | {score} | {nll} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -97,7 +110,12 @@ def plot(result: BenchResult, out: Path) -> list[Path]:
     for k, r in enumerate(recs):
         xs = [int(x) for x in r["accepted_hist"]]
         total = sum(r["accepted_hist"].values())
-        ax.bar([x - 0.4 + (k + 0.5) * width for x in xs], [v / total for v in r["accepted_hist"].values()], width, label=r["method"])
+        ax.bar(
+            [x - 0.4 + (k + 0.5) * width for x in xs],
+            [v / total for v in r["accepted_hist"].values()],
+            width,
+            label=r["method"],
+        )
     ax.set_xlabel("tokens committed per forward")
     ax.set_ylabel("fraction of forwards")
     ax.legend(fontsize=8)
@@ -112,10 +130,19 @@ def write(result: BenchResult, out: Path, command: str, adapter: str | None = No
     """`adapter`: the checkpoint the run's model carries (methods without an adapter of their own)."""
     out.mkdir(parents=True, exist_ok=True)
     meta = dict(command=command, adapter=adapter, torch=torch.__version__, threads=torch.get_num_threads())
-    (out / "results.json").write_text(json.dumps(dict(meta=meta, task=result.task, records=result.records,
-                                                      by_task=result.by_task), indent=2) + "\n")
-    (out / "samples.jsonl").write_text("".join(
-        json.dumps(dict(method=m, **{k: v for k, v in dataclasses.asdict(r).items() if k != "steps"})) + "\n"
-        for m, runs in result.samples.items() for r in runs))
+    (out / "results.json").write_text(
+        json.dumps(
+            dict(meta=meta, task=result.task, records=result.records, by_task=result.by_task), indent=2
+        )
+        + "\n"
+    )
+    (out / "samples.jsonl").write_text(
+        "".join(
+            json.dumps(dict(method=m, **{k: v for k, v in dataclasses.asdict(r).items() if k != "steps"}))
+            + "\n"
+            for m, runs in result.samples.items()
+            for r in runs
+        )
+    )
     (out / "results.md").write_text(f"`{command}`\n\n" + markdown_table(result))
     plot(result, out)

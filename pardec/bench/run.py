@@ -54,7 +54,7 @@ def mean_nll(model, prompt: list[int], tokens: list[int]) -> float:
         return float("nan")
     ids = torch.tensor([prompt + tokens], device=model.device)
     logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
-    return float(torch.nn.functional.cross_entropy(logits, ids[0, len(prompt):]))
+    return float(torch.nn.functional.cross_entropy(logits, ids[0, len(prompt) :]))
 
 
 def read_log(path: Path) -> dict[tuple[str, str, str], RunRecord]:
@@ -71,9 +71,16 @@ def read_log(path: Path) -> dict[tuple[str, str, str], RunRecord]:
     return done
 
 
-def run_bench(runners: list[Runner], items: list[Item], task: str, nll_model, chat: bool = True,
-              progress: bool = True, log: Path | None = None,
-              done: dict[tuple[str, str, str], RunRecord] | None = None) -> BenchResult:
+def run_bench(
+    runners: list[Runner],
+    items: list[Item],
+    task: str,
+    nll_model,
+    chat: bool = True,
+    progress: bool = True,
+    log: Path | None = None,
+    done: dict[tuple[str, str, str], RunRecord] | None = None,
+) -> BenchResult:
     """Run every runner on every item, rotating the order per item so no method always runs first.
     `nll_model` scores every text (the base model); `log` gets every finished run at once; `done`
     holds the runs of a stopped run (read_log), reused instead of rerun."""
@@ -86,7 +93,7 @@ def run_bench(runners: list[Runner], items: list[Item], task: str, nll_model, ch
     per: dict[str, list[RunRecord]] = {r.spec.label: [] for r in runners}
     bar = tqdm(total=len(items) * len(runners), desc="bench", unit="run", disable=not progress)
     for i, (item, ids) in enumerate(zip(items, prompts)):
-        for r in runners[i % len(runners):] + runners[: i % len(runners)]:
+        for r in runners[i % len(runners) :] + runners[: i % len(runners)]:
             label = r.spec.label
             rec = done.get((label, item.task, item.id))
             if rec is None:

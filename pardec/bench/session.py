@@ -36,8 +36,10 @@ class BenchOptions:
 
 
 def bench(opts: BenchOptions) -> BenchResult:
-    base = DecodeConfig(max_new_tokens=opts.max_new_tokens,
-                        **({} if opts.block_size is None else {"block_size": opts.block_size}))
+    base = DecodeConfig(
+        max_new_tokens=opts.max_new_tokens,
+        **({} if opts.block_size is None else {"block_size": opts.block_size}),
+    )
     specs = parse_methods(opts.methods, base)
     # Each method's own adapter is checked before any model loads, so a bad path fails fast.
     own_paths = {s.adapter for s in specs if s.adapter is not None}
@@ -59,8 +61,9 @@ def bench(opts: BenchOptions) -> BenchResult:
     if not opts.resume:
         progress.unlink(missing_ok=True)
     done = read_log(progress) if opts.resume else {}
-    result = run_bench(runners, items, opts.task, nll_model, chat=opts.chat, progress=opts.progress,
-                       log=progress, done=done)
+    result = run_bench(
+        runners, items, opts.task, nll_model, chat=opts.chat, progress=opts.progress, log=progress, done=done
+    )
     write(result, out, opts.command, None if lm.adapter is None else str(lm.adapter))
     progress.unlink()  # samples.jsonl now holds every run
     return result

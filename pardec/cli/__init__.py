@@ -9,8 +9,15 @@ import sys
 from ..errors import PardecError
 from . import bench, distill, export, generate, models, retrofit, train_drafter
 
-COMMANDS = {"generate": generate, "bench": bench, "distill": distill, "retrofit": retrofit,
-            "train-drafter": train_drafter, "export": export, "models": models}
+COMMANDS = {
+    "generate": generate,
+    "bench": bench,
+    "distill": distill,
+    "retrofit": retrofit,
+    "train-drafter": train_drafter,
+    "export": export,
+    "models": models,
+}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -13,12 +13,18 @@ HELP = "have the base model answer prompts: training data for retrofit"
 def add_parser(sub) -> None:
     from ..training.sources import BUILTIN
 
-    d = sub.add_parser("distill", help=HELP,
-                       description="Generate self-distilled training data (JSONL: id, prompt, response). "
-                                   "Resumable; prompts overlapping HumanEval, GSM8K or MT-bench are left out.")
+    d = sub.add_parser(
+        "distill",
+        help=HELP,
+        description="Generate self-distilled training data (JSONL: id, prompt, response). "
+        "Resumable; prompts overlapping HumanEval, GSM8K or MT-bench are left out.",
+    )
     common.add_model_args(d)
-    d.add_argument("--prompts", default="builtin:code,builtin:sharegpt",
-                   help="comma list of sources: " + ", ".join(BUILTIN) + ", or JSONL files with a 'prompt' field")
+    d.add_argument(
+        "--prompts",
+        default="builtin:code,builtin:sharegpt",
+        help="comma list of sources: " + ", ".join(BUILTIN) + ", or JSONL files with a 'prompt' field",
+    )
     d.add_argument("--out", required=True, help="output JSONL (appended to; existing ids are skipped)")
     d.add_argument("--limit", type=int, default=None, help="at most this many prompts")
     d.add_argument("--max-new-tokens", type=int, default=256)
@@ -35,13 +41,19 @@ def run(args) -> None:
 
     if args.batch_size < 1:
         raise PardecError("batch size must be >= 1")
-    config = DecodeConfig(method="ar", temperature=args.temperature, seed=args.seed,
-                          max_new_tokens=args.max_new_tokens)
-    prompts = [p for spec in args.prompts.split(",") if spec.strip() for p in read_prompt_source(spec.strip())]
+    config = DecodeConfig(
+        method="ar", temperature=args.temperature, seed=args.seed, max_new_tokens=args.max_new_tokens
+    )
+    prompts = [
+        p for spec in args.prompts.split(",") if spec.strip() for p in read_prompt_source(spec.strip())
+    ]
     prompts = prompts[: args.limit] if args.limit else prompts
     filt = ContaminationFilter.from_benchmarks()
     lm = load_model(args.model, common.dtype(args), "none")
     stats = distill(lm, prompts, args.out, config, filt, args.batch_size)
-    print(f"distill: wrote {stats['written']} answers ({stats['tokens']} tokens) to {args.out}; "
-          f"{stats['skipped_done']} already there; left out {stats['contaminated']} prompts overlapping "
-          f"HumanEval/GSM8K/MT-bench and {stats['duplicates']} duplicates", file=sys.stderr)
+    print(
+        f"distill: wrote {stats['written']} answers ({stats['tokens']} tokens) to {args.out}; "
+        f"{stats['skipped_done']} already there; left out {stats['contaminated']} prompts overlapping "
+        f"HumanEval/GSM8K/MT-bench and {stats['duplicates']} duplicates",
+        file=sys.stderr,
+    )

@@ -10,13 +10,20 @@ HELP = "copy a checkpoint without optimizer state, in bf16 (to ship or commit)"
 
 
 def add_parser(sub) -> None:
-    e = sub.add_parser("export", help=HELP,
-                       description="Export an adapter or drafter checkpoint without optimizer state, in bf16. "
-                                   "--format dflash writes a drafter in the layout of the public DFlash drafters.")
+    e = sub.add_parser(
+        "export",
+        help=HELP,
+        description="Export an adapter or drafter checkpoint without optimizer state, in bf16. "
+        "--format dflash writes a drafter in the layout of the public DFlash drafters.",
+    )
     e.add_argument("src")
     e.add_argument("dst")
-    e.add_argument("--format", choices=("pardec", "dflash"), default="pardec",
-                   help="dflash: config.json + model.safetensors as z-lab's DFlash drafters (drafters only)")
+    e.add_argument(
+        "--format",
+        choices=("pardec", "dflash"),
+        default="pardec",
+        help="dflash: config.json + model.safetensors as z-lab's DFlash drafters (drafters only)",
+    )
 
 
 def run(args) -> None:
@@ -26,7 +33,9 @@ def run(args) -> None:
         from ..methods.dflash.checkpoint import KIND, export_dflash
 
         if checkpoint.read_header(args.src)["kind"] != KIND:
-            raise PardecError(f"'{args.src}' is not a drafter checkpoint: only drafters export to the DFlash format")
+            raise PardecError(
+                f"'{args.src}' is not a drafter checkpoint: only drafters export to the DFlash format"
+            )
         export_dflash(args.src, args.dst)
     else:
         checkpoint.export(args.src, args.dst)

@@ -12,8 +12,11 @@ HELP = "generate text for a prompt or a JSONL file of prompts"
 
 
 def add_parser(sub) -> None:
-    g = sub.add_parser("generate", help=HELP,
-                       description="Generate text, streaming it as tokens are committed, or as JSON lines.")
+    g = sub.add_parser(
+        "generate",
+        help=HELP,
+        description="Generate text, streaming it as tokens are committed, or as JSON lines.",
+    )
     src = g.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="the user message")
     src.add_argument("--prompt-file", help="JSONL file, one object per line with a 'prompt' field")
@@ -21,11 +24,18 @@ def add_parser(sub) -> None:
     common.add_adapter_arg(g)
     common.add_drafter_arg(g)
     common.add_decode_args(g)
-    g.add_argument("--no-chat", action="store_true", help="feed the prompt as raw text, without the chat template")
-    g.add_argument("--json", action="store_true",
-                   help="print one JSON object per prompt (text, new_tokens, forwards, tokens_per_forward, "
-                        "seconds, method)")
-    g.add_argument("--batch-size", type=int, default=1, help="prompts decoded together with --json (default 1)")
+    g.add_argument(
+        "--no-chat", action="store_true", help="feed the prompt as raw text, without the chat template"
+    )
+    g.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object per prompt (text, new_tokens, forwards, tokens_per_forward, "
+        "seconds, method)",
+    )
+    g.add_argument(
+        "--batch-size", type=int, default=1, help="prompts decoded together with --json (default 1)"
+    )
 
 
 def run(args) -> None:
@@ -54,9 +64,18 @@ def run(args) -> None:
                 print(json.dumps(out.as_json()), flush=True)
         return
     for p in prompts:
-        out = generate(lm, [p], config, chat=chat, extras=extras,
-                       on_text=lambda _i, delta: print(delta, end="", flush=True))[0]
+        out = generate(
+            lm,
+            [p],
+            config,
+            chat=chat,
+            extras=extras,
+            on_text=lambda _i, delta: print(delta, end="", flush=True),
+        )[0]
         print()
-        print(f"[{out.method}: {out.new_tokens} tokens, {out.forwards} forwards, "
-              f"{out.tokens_per_forward:.2f} tokens/forward, {out.seconds:.2f} s; adapter: {lm.adapter or 'none'}]",
-              file=sys.stderr)
+        print(
+            f"[{out.method}: {out.new_tokens} tokens, {out.forwards} forwards, "
+            f"{out.tokens_per_forward:.2f} tokens/forward, {out.seconds:.2f} s; "
+            f"adapter: {lm.adapter or 'none'}]",
+            file=sys.stderr,
+        )

@@ -23,7 +23,7 @@ class BlockCache:
     n_cached: list[int] = field(default_factory=list)  # per row: committed tokens with K/V in cache
 
     @classmethod
-    def empty(cls, batch: int, config, device) -> "BlockCache":
+    def empty(cls, batch: int, config, device) -> BlockCache:
         return cls(
             kv=DynamicCache(config=config),
             k_pos=torch.zeros(batch, 0, dtype=torch.long, device=device),

@@ -79,7 +79,9 @@ def block_step(
         slot_start = block_start.repeat_interleave(D, 1)  # [B, NB * D]
         slot_pos = slot_start + torch.arange(D, device=device).repeat(NB)[None, :]
         q_pos = torch.cat([q_pos, slot_pos], 1)
-        q_block = torch.cat([q_block, torch.arange(NB, device=device).repeat_interleave(D)[None, :].expand(B, -1)], 1)
+        q_block = torch.cat(
+            [q_block, torch.arange(NB, device=device).repeat_interleave(D)[None, :].expand(B, -1)], 1
+        )
         q_start = torch.cat([q_start, slot_start], 1)
     q_valid = torch.cat([pending_valid, torch.ones(B, NB * D, dtype=torch.bool, device=device)], 1)
 

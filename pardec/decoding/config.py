@@ -34,8 +34,10 @@ class DecodeConfig:
         if not isinstance(self.block_size, int) or self.block_size < 1:
             raise PardecError(f"block size must be an integer >= 1, got {self.block_size}")
         if self.block_size < METHODS[self.method].min_block_size:
-            raise PardecError(f"{self.method} needs a block size >= {METHODS[self.method].min_block_size} "
-                              "(one slot for the bonus token, the rest drafts)")
+            raise PardecError(
+                f"{self.method} needs a block size >= {METHODS[self.method].min_block_size} "
+                "(one slot for the bonus token, the rest drafts)"
+            )
         if not 0.0 <= self.threshold <= 1.0:
             raise PardecError(f"threshold must lie in [0, 1], got {self.threshold}")
         if not isinstance(self.draft_blocks, int) or not 1 <= self.draft_blocks <= self.block_size:

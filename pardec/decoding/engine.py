@@ -75,9 +75,13 @@ def decode(
     # Room for the block slots and drafts fed beyond the committed text must stay inside the context.
     reserve = 2 * config.slots + 1
     rows = [
-        Row(index=i, committed=list(p), n_prompt=len(p),
+        Row(
+            index=i,
+            committed=list(p),
+            n_prompt=len(p),
             budget=min(config.max_new_tokens, limit - len(p) - reserve) if limit else config.max_new_tokens,
-            state=policy.new_state())
+            state=policy.new_state(),
+        )
         for i, p in enumerate(prompts)
     ]
     cache = BlockCache.empty(len(rows), model.config, device)
@@ -88,8 +92,15 @@ def decode(
         pending = [r.committed[n:] + d for r, n, d in zip(rows, cache.n_cached, drafts)]
         blocks = [policy.blocks(r) for r in rows]
         has_blocks = blocks[0] is not None
-        out = block_step(model, cache, pending, blocks if has_blocks else None, policy.n_ntp(drafts), mask_id,
-                         hidden_states=policy.hidden_states)
+        out = block_step(
+            model,
+            cache,
+            pending,
+            blocks if has_blocks else None,
+            policy.n_ntp(drafts),
+            mask_id,
+            hidden_states=policy.hidden_states,
+        )
         keep = torch.zeros_like(out.pending_valid)  # [B, P]
         P = keep.shape[1]
         finished = []
@@ -106,8 +117,11 @@ def decode(
             if r.finish is not None:
                 r.seconds = time.perf_counter() - t0
                 results[r.index] = GenerationResult(
-                    tokens=r.new_tokens, forwards=r.forwards, accepted_per_step=r.accepted,
-                    seconds=r.seconds, finish=r.finish,
+                    tokens=r.new_tokens,
+                    forwards=r.forwards,
+                    accepted_per_step=r.accepted,
+                    seconds=r.seconds,
+                    finish=r.finish,
                 )
                 finished.append(b)
         cache.commit(out.fed_pos, keep, out.block_logits.shape[1])

@@ -23,8 +23,14 @@ from .state import Row, Update
 class Policy:
     hidden_states: bool = False  # the step returns every layer's output at the pending slots
 
-    def __init__(self, config, mask_id: int, generator: torch.Generator | None, model=None,
-                 extras: Mapping[str, Any] | None = None):
+    def __init__(
+        self,
+        config,
+        mask_id: int,
+        generator: torch.Generator | None,
+        model=None,
+        extras: Mapping[str, Any] | None = None,
+    ):
         self.cfg, self.mask_id, self.gen = config, mask_id, generator
 
     def new_state(self) -> Any:

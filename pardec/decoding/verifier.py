@@ -67,7 +67,11 @@ class Verifier(Policy):
         st: Drafts = row.state
         m = len(st.tokens)
         n, bonus = accept_drafts(
-            st.tokens, None if self.cfg.temperature == 0 else st.probs, ntp[-(m + 1) :],
-            self.cfg.temperature, self.cfg.top_p, self.gen,
+            st.tokens,
+            None if self.cfg.temperature == 0 else st.probs,
+            ntp[-(m + 1) :],
+            self.cfg.temperature,
+            self.cfg.top_p,
+            self.gen,
         )
         return n, st.tokens[:n] + [bonus]

@@ -29,8 +29,10 @@ def parse_targets(spec: str) -> tuple[str, ...]:
     """'all', 'attention', 'mlp', or a comma list of linear layer names (q_proj,v_proj)."""
     names = TARGET_SETS.get(spec.strip()) or tuple(n.strip() for n in spec.split(",") if n.strip())
     if not names or len(set(names)) != len(names):
-        raise PardecError(f"targets must be one of {', '.join(TARGET_SETS)} or a comma list of distinct "
-                         f"layer names, not '{spec}'")
+        raise PardecError(
+            f"targets must be one of {', '.join(TARGET_SETS)} or a comma list of distinct "
+            f"layer names, not '{spec}'"
+        )
     return tuple(names)
 
 
@@ -94,7 +96,9 @@ class LoRALinear(nn.Module):
         return y
 
 
-def attach(model, config: LoRAConfig, dtype: torch.dtype | None = None, freeze: bool = True) -> dict[str, LoRALinear]:
+def attach(
+    model, config: LoRAConfig, dtype: torch.dtype | None = None, freeze: bool = True
+) -> dict[str, LoRALinear]:
     """Wrap every targeted linear layer; freeze the base for training. Returns the wrappers by name.
     Adapter weights are `dtype` (default: the base layer's); training and decoding keep them in float32.
 

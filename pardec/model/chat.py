@@ -26,7 +26,9 @@ def encode_prompt(tokenizer, prompt: str, chat: bool = True) -> list[int]:
         raise PardecError("empty prompt")
     if chat and getattr(tokenizer, "chat_template", None):
         ids = tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True,
+            [{"role": "user", "content": prompt}],
+            add_generation_prompt=True,
+            tokenize=True,
             return_dict=False,
         )
         if hasattr(ids, "keys"):  # some tokenizers return a BatchEncoding regardless

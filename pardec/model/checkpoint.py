@@ -62,10 +62,14 @@ def read_header(path: str | Path, kind: str | None = None) -> dict:
     elif "format" not in header:  # version 1 adapter
         header = dict(header, format=1, kind="adapter")
     if header.get("format") not in (1, FORMAT) or header.get("kind") not in KINDS:
-        raise PardecError(f"'{path}' has checkpoint format {header.get('format')!r} of kind "
-                          f"{header.get('kind')!r}, which this version cannot load")
+        raise PardecError(
+            f"'{path}' has checkpoint format {header.get('format')!r} of kind "
+            f"{header.get('kind')!r}, which this version cannot load"
+        )
     if kind is not None and header["kind"] != kind:
-        raise PardecError(f"'{path}' is a {header['kind']} checkpoint, where a checkpoint of kind {kind} is needed")
+        raise PardecError(
+            f"'{path}' is a {header['kind']} checkpoint, where a checkpoint of kind {kind} is needed"
+        )
     return header
 
 
@@ -96,8 +100,11 @@ def export(src: str | Path, dst: str | Path, dtype: torch.dtype = torch.bfloat16
     header = read_header(src)
     kind = header.pop("kind")
     header.pop("format")
-    tensors = {k: v.to(dtype) if v.is_floating_point() else v
-               for k, v in read_tensors(src, kind).items() if not k.startswith("optimizer.")}
+    tensors = {
+        k: v.to(dtype) if v.is_floating_point() else v
+        for k, v in read_tensors(src, kind).items()
+        if not k.startswith("optimizer.")
+    }
     write(dst, kind, header, tensors)
     for extra in EXTRAS:
         if (Path(src) / extra).exists():
@@ -155,7 +162,9 @@ def check_fits(settings: CheckpointSettings, path, base_model: str, mask_id: int
     if settings.mask_token_id != mask_id or settings.vocab_size != vocab_size:
         raise PardecError(f"checkpoint '{path}' was made with another vocabulary or [MASK] token id")
     if settings.adapter not in ADAPTER_KINDS:
-        raise PardecError(f"checkpoint '{path}' has adapter kind '{settings.adapter}', which this version cannot load")
+        raise PardecError(
+            f"checkpoint '{path}' has adapter kind '{settings.adapter}', which this version cannot load"
+        )
 
 
 @torch.no_grad()

@@ -11,10 +11,9 @@ import hashlib
 import os
 import shutil
 import sys
-from pathlib import Path
-
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -23,6 +22,7 @@ from ..errors import PardecError
 from . import chat, checkpoint
 from .packaged import DEFAULT_MODEL, PACKAGED, assemble_gguf
 from .surgery import add_mask_token
+
 
 def cache_dir() -> Path:
     """Where converted models live; PARDEC_CACHE overrides."""
@@ -40,9 +40,7 @@ def _convert_gguf(gguf: Path, dest: Path) -> None:
     tmp = dest.with_name(dest.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(
-        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
-    )
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     # Saving a model that still claims GGUF quantization fails; the weights are dense now.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
@@ -85,7 +83,9 @@ def resolve(model: str) -> Path | str:
     if model.count("/") == 1 and not model.startswith((".", "/")):
         return model  # a hub id; from_pretrained reports it if it is not cached offline
     known = ", ".join(PACKAGED)
-    raise PardecError(f"unknown model '{model}': give a Hugging Face id or folder, a .gguf file, or one of: {known}")
+    raise PardecError(
+        f"unknown model '{model}': give a Hugging Face id or folder, a .gguf file, or one of: {known}"
+    )
 
 
 def load_base(model: str, dtype: torch.dtype = torch.bfloat16):
@@ -139,7 +139,9 @@ class LoadedModel:
         return spec.sha256 if spec else None
 
 
-def load_model(model: str = DEFAULT_MODEL, dtype: torch.dtype = torch.bfloat16, adapter: str | None = "auto") -> LoadedModel:
+def load_model(
+    model: str = DEFAULT_MODEL, dtype: torch.dtype = torch.bfloat16, adapter: str | None = "auto"
+) -> LoadedModel:
     """Load a model by HF id, folder, GGUF file or packaged alias, add `[MASK]`, and apply an adapter:
     "auto" (the one bundled for this model, if any), "none", or a checkpoint folder."""
     lm, tok = load_base(model, dtype)

@@ -114,5 +114,3 @@ def assemble_gguf(spec: PackagedModel, work: Path) -> Path:
             f"{spec.pip_command} --force-reinstall"
         )
     return out
-
-

@@ -21,7 +21,7 @@ _STARTS_TASK = re.compile(rf"^(?:{'|'.join(TASKS)})(?::|$)|^{jsonl.PREFIX}")
 
 def get(name: str) -> Task:
     if name.startswith(jsonl.PREFIX):
-        return jsonl.task(name[len(jsonl.PREFIX):])
+        return jsonl.task(name[len(jsonl.PREFIX) :])
     if name not in TASKS:
         raise PardecError(f"unknown task '{name}': {', '.join(TASKS)} or {jsonl.PREFIX}PATH")
     return TASKS[name]
@@ -51,7 +51,12 @@ def _name_and_range(part: str) -> tuple[str, str]:
         name, _, rng = part.partition(":")
         return name, rng
     path, sep, rng = part.rpartition(":")
-    if sep and path != jsonl.PREFIX[:-1] and _RANGE.match(rng) and not Path(part[len(jsonl.PREFIX):]).is_file():
+    if (
+        sep
+        and path != jsonl.PREFIX[:-1]
+        and _RANGE.match(rng)
+        and not Path(part[len(jsonl.PREFIX) :]).is_file()
+    ):
         return path, rng
     return part, ""
 
@@ -79,7 +84,9 @@ def load_tasks(spec: str, limit: int | None = None, offset: int = 0) -> list[Ite
         first, n = int(m["first"]), int(m["last"]) - int(m["first"]) + 1
         items = load_task(task, n, first)
         if len(items) < n:
-            raise PardecError(f"task '{task.name}' has items {first}-{first + len(items) - 1} only, not {rng}")
+            raise PardecError(
+                f"task '{task.name}' has items {first}-{first + len(items) - 1} only, not {rng}"
+            )
         lists.append(items)
     merged = []
     for k in range(max(len(items) for items in lists)):
@@ -107,4 +114,14 @@ def score_name(task: str) -> str:
     return "score" if t is None else t.score_name
 
 
-__all__ = ["TASKS", "Item", "Task", "benchmark_texts", "get", "load_task", "load_tasks", "score", "score_name"]
+__all__ = [
+    "TASKS",
+    "Item",
+    "Task",
+    "benchmark_texts",
+    "get",
+    "load_task",
+    "load_tasks",
+    "score",
+    "score_name",
+]

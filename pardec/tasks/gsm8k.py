@@ -46,4 +46,6 @@ def texts() -> list[str]:
     return [r["question"] for r in rows()]
 
 
-TASK = Task("gsm8k", items, lambda item, text: float(correct(text, item.reference["answer"])), "accuracy", texts)
+TASK = Task(
+    "gsm8k", items, lambda item, text: float(correct(text, item.reference["answer"])), "accuracy", texts
+)

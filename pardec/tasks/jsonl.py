@@ -10,6 +10,8 @@ PREFIX = "jsonl:"
 
 def task(path: str) -> Task:
     def items() -> list[Item]:
-        return [Item(str(r.get("id", i)), r["prompt"], r) for i, r in enumerate(read_jsonl(path, ("prompt",)))]
+        return [
+            Item(str(r.get("id", i)), r["prompt"], r) for i, r in enumerate(read_jsonl(path, ("prompt",)))
+        ]
 
     return Task("jsonl", items)

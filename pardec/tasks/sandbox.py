@@ -62,7 +62,11 @@ def run_program(code: str, timeout: float = 10.0, memory_mb: int = 1024) -> RunR
         cmd = [*_netns_prefix(), sys.executable, "-I", path]
         try:
             proc = subprocess.run(
-                cmd, cwd=tmp, capture_output=True, text=True, timeout=timeout,
+                cmd,
+                cwd=tmp,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
                 preexec_fn=_limits(memory_mb << 20, int(timeout) + 1),
                 env={"PATH": os.environ.get("PATH", ""), "PYTHONHASHSEED": "0"},
             )

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..model.adapters import TARGETS
 from ..errors import PardecError
+from ..model.adapters import TARGETS
 
 OBJECTIVES = ("nsp", "sbd")
 ADAPTERS = ("gated-lora", "lora", "full")
@@ -42,13 +42,17 @@ class TrainConfig:
             raise PardecError(f"objective must be one of {', '.join(OBJECTIVES)}")
         if self.adapter not in ADAPTERS:
             raise PardecError(f"adapter must be one of {', '.join(ADAPTERS)}")
-        if self.block_size < 1 or (self.min_block_size is not None and not 1 <= self.min_block_size <= self.block_size):
+        if self.block_size < 1 or (
+            self.min_block_size is not None and not 1 <= self.min_block_size <= self.block_size
+        ):
             raise PardecError("block sizes must satisfy 1 <= min block size <= block size")
         if self.blocks_per_sequence < 1 or self.steps < 1 or self.grad_accum < 1 or self.lr <= 0:
             raise PardecError("blocks per sequence, steps, grad accum must be >= 1 and lr > 0")
         if self.ntp_weight < 0 or (self.ntp_weight > 0 and self.adapter == "gated-lora"):
-            raise PardecError("the next-token loss needs a non-negative weight, and does nothing with "
-                              "gated-lora (the clean stream is the frozen base model)")
+            raise PardecError(
+                "the next-token loss needs a non-negative weight, and does nothing with "
+                "gated-lora (the clean stream is the frozen base model)"
+            )
         if self.adapter != "full" and not self.lora_targets:
             raise PardecError("a LoRA run needs at least one target layer")
         if self.decay is not None and self.decay <= 0:

@@ -5,8 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def plot_history(history: list[dict], path: str | Path, window: int = 10, tpf_label: str = "held-out spec TPF",
-                 first_slot: int = 0) -> None:
+def plot_history(
+    history: list[dict],
+    path: str | Path,
+    window: int = 10,
+    tpf_label: str = "held-out spec TPF",
+    first_slot: int = 0,
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -16,7 +21,10 @@ def plot_history(history: list[dict], path: str | Path, window: int = 10, tpf_la
     D = len(history[0]["slot_acc"])
 
     def smooth(xs):
-        return [sum(xs[max(0, i - window + 1) : i + 1]) / len(xs[max(0, i - window + 1) : i + 1]) for i in range(len(xs))]
+        return [
+            sum(xs[max(0, i - window + 1) : i + 1]) / len(xs[max(0, i - window + 1) : i + 1])
+            for i in range(len(xs))
+        ]
 
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
     for j in range(D):

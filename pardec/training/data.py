@@ -43,7 +43,9 @@ def tokenize(model, tokenizer, rows: list[dict], max_length: int, chat: bool = T
     out = []
     for row in rows:
         prompt = encode_prompt(tokenizer, row["prompt"], chat)
-        response = tokenizer.encode(row["response"], add_special_tokens=False) + ([end] if end is not None else [])
+        response = tokenizer.encode(row["response"], add_special_tokens=False) + (
+            [end] if end is not None else []
+        )
         ids = (prompt + response)[:max_length]
         if len(ids) > len(prompt):
             out.append(Example(ids, len(prompt)))

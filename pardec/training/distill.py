@@ -15,8 +15,15 @@ from ..model import LoadedModel
 from .sources import ContaminationFilter
 
 
-def distill(lm: LoadedModel, prompts: list[dict], out: str | Path, config: DecodeConfig,
-            contamination: ContaminationFilter | None, batch_size: int = 8, progress: bool = True) -> dict:
+def distill(
+    lm: LoadedModel,
+    prompts: list[dict],
+    out: str | Path,
+    config: DecodeConfig,
+    contamination: ContaminationFilter | None,
+    batch_size: int = 8,
+    progress: bool = True,
+) -> dict:
     """Append {"id", "prompt", "response", "finish"} lines to `out`. Returns counts."""
     out = Path(out)
     done = set()
@@ -48,10 +55,15 @@ def distill(lm: LoadedModel, prompts: list[dict], out: str | Path, config: Decod
             ids = [lm.encode(p["prompt"]) for p in batch]
             for p, r in zip(batch, decode(lm.model, ids, config, lm.mask_id, lm.stop_ids)):
                 text = lm.tokenizer.decode(r.tokens, skip_special_tokens=True)
-                f.write(json.dumps({"id": p["id"], "prompt": p["prompt"], "response": text, "finish": r.finish}) + "\n")
+                f.write(
+                    json.dumps({"id": p["id"], "prompt": p["prompt"], "response": text, "finish": r.finish})
+                    + "\n"
+                )
                 tokens += len(r.tokens)
             f.flush()
             bar.update(len(batch))
             bar.set_postfix_str(f"{tokens} tokens")
     bar.close()
-    return dict(written=len(todo), skipped_done=len(done), contaminated=dropped, duplicates=duplicates, tokens=tokens)
+    return dict(
+        written=len(todo), skipped_done=len(done), contaminated=dropped, duplicates=duplicates, tokens=tokens
+    )

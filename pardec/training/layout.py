@@ -28,8 +28,9 @@ class Blocks:
     weight: torch.Tensor  # [N] loss weight
 
 
-def sample_blocks(ids: list[int], response_start: int, cfg: TrainConfig, mask_id: int,
-                  gen: torch.Generator) -> Blocks | None:
+def sample_blocks(
+    ids: list[int], response_start: int, cfg: TrainConfig, mask_id: int, gen: torch.Generator
+) -> Blocks | None:
     """Choose K blocks inside the response (prediction targets are response tokens only)."""
     T = len(ids)
     n_starts = T - response_start
@@ -54,7 +55,14 @@ def sample_blocks(ids: list[int], response_start: int, cfg: TrainConfig, mask_id
             labels = torch.where(masked, labels, torch.full_like(labels, IGNORE))
         j = torch.arange(k)
         w = torch.ones(k) if cfg.decay is None else torch.exp(-j.float() / cfg.decay)
-        for key, val in (("ids", slot_ids), ("pos", s + j), ("block", torch.full((k,), b)),
-                         ("start", torch.full((k,), s)), ("labels", labels), ("slot", j), ("weight", w)):
+        for key, val in (
+            ("ids", slot_ids),
+            ("pos", s + j),
+            ("block", torch.full((k,), b)),
+            ("start", torch.full((k,), s)),
+            ("labels", labels),
+            ("slot", j),
+            ("weight", w),
+        ):
             parts[key].append(val)
     return Blocks(**{k: torch.cat(v) for k, v in parts.items()})

@@ -50,8 +50,17 @@ class RetrofitJob:
     lr_floor = 0.1
     distributed = True
 
-    def __init__(self, model, mask_id: int, train: list[Example], heldout: list[list[int]], cfg: TrainConfig,
-                 base_model: str, base_sha256: str | None, stop_ids):
+    def __init__(
+        self,
+        model,
+        mask_id: int,
+        train: list[Example],
+        heldout: list[list[int]],
+        cfg: TrainConfig,
+        base_model: str,
+        base_sha256: str | None,
+        stop_ids,
+    ):
         self.module, self.mask_id, self.cfg = model, mask_id, cfg
         self.train = [ex for ex in train if ex.response_start < len(ex.ids)]  # something to predict
         self.heldout, self.stop_ids = heldout, stop_ids
@@ -68,8 +77,9 @@ class RetrofitJob:
     def evaluate(self):
         if not self.heldout:
             return None
-        config = DecodeConfig(method="spec", block_size=max(2, self.cfg.block_size),
-                              max_new_tokens=self.cfg.eval_max_new_tokens)
+        config = DecodeConfig(
+            method="spec", block_size=max(2, self.cfg.block_size), max_new_tokens=self.cfg.eval_max_new_tokens
+        )
         return heldout_tpf(self.module, self.heldout, config, self.mask_id, self.stop_ids)
 
     def save(self, out, step, history, moments):
@@ -77,8 +87,12 @@ class RetrofitJob:
         tensors = dict(trainable_state(model, cfg)) | moments  # moments: for an exact resume
         lora = lora_config(cfg)
         settings = checkpoint.CheckpointSettings(
-            base_model=self.base_model, mask_token_id=self.mask_id, block_size=cfg.block_size,
-            objective=cfg.objective, adapter=cfg.adapter, vocab_size=model.get_input_embeddings().weight.shape[0],
+            base_model=self.base_model,
+            mask_token_id=self.mask_id,
+            block_size=cfg.block_size,
+            objective=cfg.objective,
+            adapter=cfg.adapter,
+            vocab_size=model.get_input_embeddings().weight.shape[0],
             base_sha256=self.base_sha256,
             lora=None if lora is None else dataclasses.asdict(lora),  # targets: a JSON list
             training=dict(dataclasses.asdict(cfg), step=step),
@@ -89,9 +103,19 @@ class RetrofitJob:
         return checkpoint.read_settings(path).training, _load_trainable(self.module, self.cfg, path)
 
 
-def retrofit(model, mask_id: int, train: list[Example], heldout: list[list[int]], cfg: TrainConfig,
-             out: str | Path, base_model: str, base_sha256: str | None, stop_ids=frozenset(),
-             resume: str | Path | None = None, progress: bool = True) -> list[dict]:
+def retrofit(
+    model,
+    mask_id: int,
+    train: list[Example],
+    heldout: list[list[int]],
+    cfg: TrainConfig,
+    out: str | Path,
+    base_model: str,
+    base_sha256: str | None,
+    stop_ids=frozenset(),
+    resume: str | Path | None = None,
+    progress: bool = True,
+) -> list[dict]:
     """Train block prediction; write checkpoints to `out` every cfg.eval_every steps and at the end.
     Returns the history. `cfg.init_from` warm-starts from another checkpoint's weights."""
     job = RetrofitJob(model, mask_id, train, heldout, cfg, base_model, base_sha256, stop_ids)
@@ -109,11 +133,16 @@ def _init_from(model, cfg: TrainConfig, base_model: str, mask_id: int) -> None:
     settings = checkpoint.read_settings(path)
     checkpoint.check_fits(settings, path, base_model, mask_id, model.get_input_embeddings().weight.shape[0])
     mine, theirs = lora_config(cfg), settings.lora
-    if (settings.adapter != cfg.adapter or (mine is None) != (theirs is None)
-            or (mine is not None and theirs["rank"] > mine.rank)):
+    if (
+        settings.adapter != cfg.adapter
+        or (mine is None) != (theirs is None)
+        or (mine is not None and theirs["rank"] > mine.rank)
+    ):
         shown = "" if theirs is None else f"of rank {theirs['rank']}"
-        raise PardecError(f"cannot start from '{path}': it is a {settings.adapter} checkpoint {shown}; this run "
-                          f"trains {cfg.adapter}" + ("" if mine is None else f" of rank {mine.rank} (not less)"))
+        raise PardecError(
+            f"cannot start from '{path}': it is a {settings.adapter} checkpoint {shown}; this run "
+            f"trains {cfg.adapter}" + ("" if mine is None else f" of rank {mine.rank} (not less)")
+        )
     if mine is None:
         _load_trainable(model, cfg, path)
     else:
@@ -129,8 +158,14 @@ def _load_grown(model, path, rank: int, scale: float) -> None:
     tensors = checkpoint.read_weights(path)
     for name, m in adapters.lora_modules(model).items():
         a, b = tensors.get(f"{name}.lora_a"), tensors.get(f"{name}.lora_b")
-        if a is None or b is None or a.shape[1:] != m.lora_a.shape[1:] or b.shape[:1] != m.lora_b.shape[:1] \
-                or a.shape[0] != rank or b.shape[1] != rank:
+        if (
+            a is None
+            or b is None
+            or a.shape[1:] != m.lora_a.shape[1:]
+            or b.shape[:1] != m.lora_b.shape[:1]
+            or a.shape[0] != rank
+            or b.shape[1] != rank
+        ):
             raise PardecError(f"checkpoint '{path}' does not fit this run (tensor '{name}.lora_a')")
         m.lora_a[:rank] = a
         m.lora_b.zero_()

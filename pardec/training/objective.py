@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-from ..model.adapters import gated
 from ..core.masks import CLEAN, additive, block_attention
+from ..model.adapters import gated
 from .config import TrainConfig
 from .layout import IGNORE, Blocks
 
@@ -36,8 +36,9 @@ def _autocast(cfg: TrainConfig):
     return torch.autocast("cpu", dtype=torch.bfloat16) if cfg.bf16 else contextlib.nullcontext()
 
 
-def sequence_loss(model, ids: list[int], response_start: int, blocks: Blocks, cfg: TrainConfig,
-                  mask_id: int, forward=None) -> LossOut:
+def sequence_loss(
+    model, ids: list[int], response_start: int, blocks: Blocks, cfg: TrainConfig, mask_id: int, forward=None
+) -> LossOut:
     """`forward` runs the model (a DDP wrapper under accelerate); `model` is the plain module."""
     fwd = forward or model
     device = model.device
@@ -52,14 +53,25 @@ def sequence_loss(model, ids: list[int], response_start: int, blocks: Blocks, cf
         with torch.no_grad(), _autocast(cfg):
             fwd(input_ids=clean, position_ids=clean_pos[None], cache=cache, use_cache=True, logits_to_keep=1)
         allowed = block_attention(
-            b_pos, b_block, b_start,
+            b_pos,
+            b_block,
+            b_start,
             k_pos=torch.cat([clean_pos[None], b_pos], 1),
             k_block=torch.cat([torch.full((1, T), CLEAN, device=device), b_block], 1),
             k_valid=torch.ones(1, T + N, dtype=torch.bool, device=device),
         )  # [1, N, T + N]
         with gated(model, b_ids == mask_id), _autocast(cfg):
-            logits = fwd(input_ids=b_ids, attention_mask=additive(allowed, model.dtype), position_ids=b_pos,
-                           cache=cache, use_cache=True).logits[0].float()  # [N, V]
+            logits = (
+                fwd(
+                    input_ids=b_ids,
+                    attention_mask=additive(allowed, model.dtype),
+                    position_ids=b_pos,
+                    cache=cache,
+                    use_cache=True,
+                )
+                .logits[0]
+                .float()
+            )  # [N, V]
     else:
         all_ids = torch.cat([clean, b_ids], 1)
         pos = torch.cat([clean_pos[None], b_pos], 1)
@@ -68,8 +80,16 @@ def sequence_loss(model, ids: list[int], response_start: int, blocks: Blocks, cf
         allowed = block_attention(pos, blk, start, pos, blk, torch.ones_like(pos, dtype=torch.bool))
         keep = 0 if cfg.ntp_weight > 0 else N  # 0 = all positions (the clean ones too)
         with gated(model, all_ids == mask_id), _autocast(cfg):
-            out = fwd(input_ids=all_ids, attention_mask=additive(allowed, model.dtype), position_ids=pos,
-                        logits_to_keep=keep).logits[0].float()
+            out = (
+                fwd(
+                    input_ids=all_ids,
+                    attention_mask=additive(allowed, model.dtype),
+                    position_ids=pos,
+                    logits_to_keep=keep,
+                )
+                .logits[0]
+                .float()
+            )
         logits = out[-N:]
         if cfg.ntp_weight > 0:
             ntp = F.cross_entropy(out[response_start - 1 : T - 1], clean[0, response_start:])

@@ -1,6 +1,6 @@
-"""What a training run keeps besides its weights, shared by the retrofit and drafter loops: the
-per-step statistics and update, the learning-rate schedule, AdamW moments for an exact resume, the settings a resume must not change,
-the history, and the checkpoint folder written beside its destination and swapped in."""
+"""What a training run keeps besides its weights (trainer.py uses it): the per-step statistics and
+update, the learning-rate schedule, AdamW moments for an exact resume, the settings a resume must not
+change, the history, and the checkpoint folder written beside its destination and swapped in."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import dataclasses
 import json
 import math
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -32,16 +32,28 @@ def warmup_cosine(lr: float, warmup: int, steps: int, step: int, floor: float) -
 def step_stats(lo, grad_accum: int) -> torch.Tensor:
     """One sequence's share of a step's statistics, to be summed over the step:
     [loss / grad_accum, tokens, slot loss [S], slot hits [S], slot counts [S]]."""
-    return torch.cat([torch.tensor([lo.loss.item() / grad_accum, lo.tokens]),
-                      lo.slot_loss.cpu(), lo.slot_correct.cpu(), lo.slot_count.cpu()])
+    return torch.cat(
+        [
+            torch.tensor([lo.loss.item() / grad_accum, lo.tokens]),
+            lo.slot_loss.cpu(),
+            lo.slot_correct.cpu(),
+            lo.slot_count.cpu(),
+        ]
+    )
 
 
 def step_record(step: int, stats: torch.Tensor, seconds: float) -> dict:
     """Summed step_stats -> the history record: mean loss and accuracy by block slot."""
     S = (len(stats) - 2) // 3
     n = stats[2 + 2 * S :].clamp_min(1)
-    return dict(step=step, loss=float(stats[0]), tokens=int(stats[1]), seconds=seconds,
-                slot_loss=(stats[2 : 2 + S] / n).tolist(), slot_acc=(stats[2 + S : 2 + 2 * S] / n).tolist())
+    return dict(
+        step=step,
+        loss=float(stats[0]),
+        tokens=int(stats[1]),
+        seconds=seconds,
+        slot_loss=(stats[2 : 2 + S] / n).tolist(),
+        slot_acc=(stats[2 + S : 2 + 2 * S] / n).tolist(),
+    )
 
 
 def apply_update(opt: torch.optim.Optimizer, params, lr: float, max_norm: float = 1.0) -> None:
@@ -58,12 +70,15 @@ def adam_tensors(opt: torch.optim.Optimizer, names: dict[int, str]) -> dict[str,
     return {f"optimizer.{names[id(p)]}.{k}": st[k] for p, st in opt.state.items() for k in MOMENTS}
 
 
-def restore_adam(opt: torch.optim.Optimizer, names: dict[int, str], tensors: dict[str, torch.Tensor],
-                 step: int) -> None:
+def restore_adam(
+    opt: torch.optim.Optimizer, names: dict[int, str], tensors: dict[str, torch.Tensor], step: int
+) -> None:
     for p in opt.param_groups[0]["params"]:
         n = names[id(p)]
-        opt.state[p] = {"step": torch.tensor(float(step)),
-                        **{k: tensors[f"optimizer.{n}.{k}"].clone() for k in MOMENTS}}
+        opt.state[p] = {
+            "step": torch.tensor(float(step)),
+            **{k: tensors[f"optimizer.{n}.{k}"].clone() for k in MOMENTS},
+        }
 
 
 def resume_step(saved: dict | None, cfg) -> int:
@@ -97,8 +112,9 @@ def write_checkpoint(out: str | Path, write: Callable[[Path], None], history: li
 
 
 @torch.no_grad()
-def heldout_tpf(target, prompts: list[list[int]], config: DecodeConfig, mask_id: int, stop_ids,
-                extras: dict | None = None) -> float:
+def heldout_tpf(
+    target, prompts: list[list[int]], config: DecodeConfig, mask_id: int, stop_ids, extras: dict | None = None
+) -> float:
     """Tokens per target forward over held-out prompts, decoded with `config`."""
     res = decode(target, prompts, config, mask_id, stop_ids, extras=extras)
     return sum(len(r.tokens) for r in res) / max(1, sum(r.forwards for r in res))

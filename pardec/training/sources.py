@@ -41,7 +41,6 @@ CHAT_SUBJECTS, CHAT_REQUESTS = LISTS["chat_subjects"], LISTS["chat_requests"]
 N_GRAM = 10
 
 
-
 def _words(text: str) -> list[str]:
     return re.findall(r"[a-z0-9]+", text.lower())
 
@@ -92,11 +91,14 @@ def _function_entries() -> list[tuple[str, str, str, str]]:
 
 
 def code_prompts() -> list[dict]:
-    return [{
-        "id": f"code/{mod_name}.{name}",
-        "prompt": f"Write a Python function `{name}{sig}` from scratch, without importing "
-                  f"`{mod_name}`. What it should do: {summary}\nInclude a docstring and a short example.",
-    } for mod_name, name, sig, summary in _function_entries()]
+    return [
+        {
+            "id": f"code/{mod_name}.{name}",
+            "prompt": f"Write a Python function `{name}{sig}` from scratch, without importing "
+            f"`{mod_name}`. What it should do: {summary}\nInclude a docstring and a short example.",
+        }
+        for mod_name, name, sig, summary in _function_entries()
+    ]
 
 
 def method_prompts() -> list[dict]:
@@ -106,8 +108,13 @@ def method_prompts() -> list[dict]:
     seen = {summary for *_, summary in _function_entries()}
     classes = [("builtins", c) for c in (str, bytes, bytearray, list, dict, set, frozenset, int, float)]
     for mod_name, mod in _stdlib_modules():
-        classes += [(mod_name, c) for name, c in sorted(vars(mod).items())
-                    if not name.startswith("_") and inspect.isclass(c) and getattr(c, "__module__", "") == mod.__name__]
+        classes += [
+            (mod_name, c)
+            for name, c in sorted(vars(mod).items())
+            if not name.startswith("_")
+            and inspect.isclass(c)
+            and getattr(c, "__module__", "") == mod.__name__
+        ]
     out = []
     for mod_name, cls in classes:
         for name, fn in sorted(vars(cls).items()):
@@ -118,12 +125,15 @@ def method_prompts() -> list[dict]:
                 continue
             seen.add(summary)
             where = "" if mod_name == "builtins" else f" from `{mod_name}`"
-            out.append({
-                "id": f"method/{mod_name}.{cls.__name__}.{name}",
-                "prompt": f"Implement what `{cls.__name__}.{name}`{where} does as a standalone Python function "
-                          f"that takes the object's data as its first argument. What it should do: {summary}\n"
-                          f"Explain the approach in two sentences, then give the code.",
-            })
+            out.append(
+                {
+                    "id": f"method/{mod_name}.{cls.__name__}.{name}",
+                    "prompt": f"Implement what `{cls.__name__}.{name}`{where} does as a standalone "
+                    f"Python function that takes the object's data as its first argument. "
+                    f"What it should do: {summary}\n"
+                    f"Explain the approach in two sentences, then give the code.",
+                }
+            )
     return out
 
 
@@ -151,7 +161,11 @@ def complete_prompts() -> list[dict]:
     for mod_name, mod in _stdlib_modules(STDLIB_MODULES + MORE_STDLIB_MODULES):
         for name, fn in sorted(vars(mod).items()):
             # Hooks (threading.excepthook, ...) are state that a host such as pytest replaces.
-            if name.startswith("_") or name.endswith("hook") or not (inspect.isfunction(fn) or inspect.isbuiltin(fn)):
+            if (
+                name.startswith("_")
+                or name.endswith("hook")
+                or not (inspect.isfunction(fn) or inspect.isbuiltin(fn))
+            ):
                 continue
             if getattr(fn, "__module__", None) not in (mod.__name__, None) and inspect.isfunction(fn):
                 continue  # imported from elsewhere: only the defining module (if listed) asks for it
@@ -166,16 +180,19 @@ def complete_prompts() -> list[dict]:
             if stub is None or " at 0x" in sig:
                 continue
             seen.add(summary)
-            out.append({"id": f"complete/{mod_name}.{name}", "prompt": humaneval.INSTRUCTION.format(prompt=stub)})
+            out.append(
+                {"id": f"complete/{mod_name}.{name}", "prompt": humaneval.INSTRUCTION.format(prompt=stub)}
+            )
     return out
-
-
 
 
 def _crossed(kind: str, topics: tuple[str, ...], requests: tuple[str, ...]) -> list[dict]:
     """Every request template filled with every topic, ids `kind/topic index-request index`."""
-    return [{"id": f"{kind}/{i}-{j}", "prompt": req.format(topic=topic)}
-            for i, topic in enumerate(topics) for j, req in enumerate(requests)]
+    return [
+        {"id": f"{kind}/{i}-{j}", "prompt": req.format(topic=topic)}
+        for i, topic in enumerate(topics)
+        for j, req in enumerate(requests)
+    ]
 
 
 def code_task_prompts() -> list[dict]:
@@ -185,10 +202,9 @@ def code_task_prompts() -> list[dict]:
 def code_task_prompts_2() -> list[dict]:
     """New topics with every request, and the first topics with the new requests: no prompt of
     `code_task_prompts` again."""
-    return (_crossed("task2", CODE_TASKS_2, CODE_REQUESTS + CODE_REQUESTS_2)
-            + _crossed("task2-more", CODE_TASKS, CODE_REQUESTS_2))
-
-
+    return _crossed("task2", CODE_TASKS_2, CODE_REQUESTS + CODE_REQUESTS_2) + _crossed(
+        "task2-more", CODE_TASKS, CODE_REQUESTS_2
+    )
 
 
 def chat_prompts() -> list[dict]:
@@ -214,8 +230,10 @@ def read_prompt_source(spec: str) -> list[dict]:
     path = Path(spec)
     if not path.is_file():
         raise PardecError(f"unknown prompt source '{spec}': one of {', '.join(BUILTIN)} or a JSONL file")
-    return [{"id": str(row.get("id", f"{path.name}/{n}")), "prompt": row["prompt"]}
-            for n, row in enumerate(read_jsonl(path, ("prompt",)), 1)]
+    return [
+        {"id": str(row.get("id", f"{path.name}/{n}")), "prompt": row["prompt"]}
+        for n, row in enumerate(read_jsonl(path, ("prompt",)), 1)
+    ]
 
 
 class ContaminationFilter:
@@ -241,7 +259,7 @@ class ContaminationFilter:
         return any(f" {s} " in joined for s in self.short)
 
     @classmethod
-    def from_benchmarks(cls) -> "ContaminationFilter":
+    def from_benchmarks(cls) -> ContaminationFilter:
         """Every text of every benchmark task (pardec.tasks): HumanEval (all 164 prompts and
         solutions), GSM8K test (all 1319), MT-bench (all turns of the 80 questions)."""
         return cls(benchmark_texts())

@@ -19,8 +19,16 @@ import torch
 from tqdm import tqdm
 
 from ..errors import PardecError
-from .run_state import (adam_tensors, apply_update, read_history, restore_adam, resume_step, step_record, step_stats,
-                        warmup_cosine)
+from .run_state import (
+    adam_tensors,
+    apply_update,
+    read_history,
+    restore_adam,
+    resume_step,
+    step_record,
+    step_stats,
+    warmup_cosine,
+)
 
 
 class Job(Protocol):
@@ -46,7 +54,9 @@ class Job(Protocol):
         """Copy a checkpoint's weights into the parameters: (its training settings, all its tensors)."""
 
 
-def train(job: Job, cfg, out: str | Path, resume: str | Path | None = None, progress: bool = True) -> list[dict]:
+def train(
+    job: Job, cfg, out: str | Path, resume: str | Path | None = None, progress: bool = True
+) -> list[dict]:
     """Run `job` for cfg.steps optimizer steps (cfg: lr, weight_decay, warmup_steps, steps, grad_accum,
     seed, eval_every); checkpoints go to `out`. Returns the history, one record per step."""
     from accelerate import Accelerator
@@ -89,12 +99,16 @@ def train(job: Job, cfg, out: str | Path, resume: str | Path | None = None, prog
             stats += step_stats(lo, cfg.grad_accum)
         if world > 1:
             stats = acc.reduce(stats, "sum")
-        apply_update(opt, job.params, warmup_cosine(cfg.lr, cfg.warmup_steps, cfg.steps, step, floor=job.lr_floor))
+        apply_update(
+            opt, job.params, warmup_cosine(cfg.lr, cfg.warmup_steps, cfg.steps, step, floor=job.lr_floor)
+        )
         step += 1
         rec = step_record(step, stats, time.perf_counter() - t0)
         history.append(rec)
-        bar.set_postfix_str(f"loss {rec['loss']:.3f} tok/s {rec['tokens'] / rec['seconds']:.0f} acc by slot "
-                            + "/".join(f"{x:.2f}" for x in rec["slot_acc"]))
+        bar.set_postfix_str(
+            f"loss {rec['loss']:.3f} tok/s {rec['tokens'] / rec['seconds']:.0f} acc by slot "
+            + "/".join(f"{x:.2f}" for x in rec["slot_acc"])
+        )
         bar.update()
         if step % cfg.eval_every == 0 or step == cfg.steps:
             if main:
@@ -103,7 +117,9 @@ def train(job: Job, cfg, out: str | Path, resume: str | Path | None = None, prog
                 job.module.train()
                 history[-1]["heldout_tpf"] = tpf
                 job.save(out, step, history, adam_tensors(opt, job.param_names))
-                bar.write(f"step {step}: checkpoint {out}, held-out TPF {tpf if tpf is None else round(tpf, 3)}")
+                bar.write(
+                    f"step {step}: checkpoint {out}, held-out TPF {tpf if tpf is None else round(tpf, 3)}"
+                )
             acc.wait_for_everyone()
     bar.close()
     return history

@@ -1,6 +1,7 @@
 """Drafter checkpoints: pardec's own (model/checkpoint.py, kind `drafter`), and an export to the
-layout of the public DFlash drafters (a Hugging Face folder: `config.json` with a Qwen3-style config and `dflash_config`, `model.safetensors` with the same tensor names), which
-SGLang's DFLASH speculative algorithm and z-lab's `dflash` package load next to the target."""
+layout of the public DFlash drafters (a Hugging Face folder: `config.json` with a Qwen3-style config
+and `dflash_config`, `model.safetensors` with the same tensor names), which SGLang's DFLASH
+speculative algorithm and z-lab's `dflash` package load next to the target."""
 
 from __future__ import annotations
 
@@ -17,12 +18,24 @@ from .model import Drafter, DrafterConfig
 KIND = "drafter"
 
 
-def save(path: str | Path, drafter: Drafter, base_model: str, base_sha256: str | None,
-         training: dict | None = None, extra: dict[str, torch.Tensor] | None = None) -> None:
+def save(
+    path: str | Path,
+    drafter: Drafter,
+    base_model: str,
+    base_sha256: str | None,
+    training: dict | None = None,
+    extra: dict[str, torch.Tensor] | None = None,
+) -> None:
     tensors = dict(drafter.state_dict())  # parameters and the feature scale
     tensors.update(extra or {})
-    checkpoint.write(path, KIND, dict(base_model=base_model, base_sha256=base_sha256,
-                                      drafter=drafter.cfg.to_dict(), training=training), tensors)
+    checkpoint.write(
+        path,
+        KIND,
+        dict(
+            base_model=base_model, base_sha256=base_sha256, drafter=drafter.cfg.to_dict(), training=training
+        ),
+        tensors,
+    )
 
 
 def read_settings(path: str | Path) -> dict:
@@ -46,21 +59,32 @@ def load(path: str | Path, target, base_model: str, mask_id: int) -> Drafter:
         raise PardecError(f"drafter '{path}' was made for base model '{s['base_model']}', not '{base_model}'")
     cfg = DrafterConfig.from_dict(s["drafter"])
     head = target.get_output_embeddings().weight
-    if cfg.mask_token_id != mask_id or cfg.hidden_size != head.shape[1] or cfg.n_target_layers != target.config.num_hidden_layers:
-        raise PardecError(f"drafter '{path}' does not fit this model (vocabulary, [MASK] id or widths differ)")
+    if (
+        cfg.mask_token_id != mask_id
+        or cfg.hidden_size != head.shape[1]
+        or cfg.n_target_layers != target.config.num_hidden_layers
+    ):
+        raise PardecError(
+            f"drafter '{path}' does not fit this model (vocabulary, [MASK] id or widths differ)"
+        )
     drafter = Drafter(cfg)
     tensors = read_tensors(path)
     params = drafter.state_dict()
     missing = set(params) - set(tensors)
     if missing:
         raise PardecError(f"drafter '{path}' lacks tensor '{sorted(missing)[0]}'")
-    if "draft_vocab" in tensors and not ((tensors["draft_vocab"] >= 0) & (tensors["draft_vocab"] < head.shape[0])).all():
+    if (
+        "draft_vocab" in tensors
+        and not ((tensors["draft_vocab"] >= 0) & (tensors["draft_vocab"] < head.shape[0])).all()
+    ):
         raise PardecError(f"drafter '{path}': draft vocabulary holds ids outside the model's vocabulary")
     with torch.no_grad():
         for n, p in params.items():
             if tensors[n].shape != p.shape:
-                raise PardecError(f"drafter '{path}': tensor '{n}' has shape {tuple(tensors[n].shape)}, "
-                                  f"expected {tuple(p.shape)}")
+                raise PardecError(
+                    f"drafter '{path}': tensor '{n}' has shape {tuple(tensors[n].shape)}, "
+                    f"expected {tuple(p.shape)}"
+                )
             p.copy_(tensors[n])
     return drafter.to(device=target.device, dtype=target.dtype).eval()
 
@@ -72,7 +96,9 @@ def export_dflash(src: str | Path, dst: str | Path, dtype: torch.dtype = torch.b
     s = read_settings(src)
     cfg = DrafterConfig.from_dict(s["drafter"])
     # The draft vocabulary is pardec's own speed-up (their engines draft over the whole head).
-    tensors = {k: v for k, v in read_tensors(src).items() if not k.startswith("optimizer.") and k != "draft_vocab"}
+    tensors = {
+        k: v for k, v in read_tensors(src).items() if not k.startswith("optimizer.") and k != "draft_vocab"
+    }
     # Their fc reads the raw features: fold pardec's fixed feature scale into its columns.
     tensors["fc.weight"] = tensors["fc.weight"].float() * tensors.pop("feature_scale").float()[None, :]
     tensors = {k: v.to(dtype) for k, v in tensors.items()}
@@ -97,8 +123,12 @@ def export_dflash(src: str | Path, dst: str | Path, dtype: torch.dtype = torch.b
         "tie_word_embeddings": False,
         "use_cache": False,
         "dtype": str(dtype).removeprefix("torch."),
-        "dflash_config": {"block_size": cfg.block_size, "mask_token_id": cfg.mask_token_id,
-                          "target_layer_ids": list(cfg.target_layers), "input_embedding_scale": cfg.embed_scale},
+        "dflash_config": {
+            "block_size": cfg.block_size,
+            "mask_token_id": cfg.mask_token_id,
+            "target_layer_ids": list(cfg.target_layers),
+            "input_embedding_scale": cfg.embed_scale,
+        },
         "pardec": {"base_model": s["base_model"], "base_sha256": s.get("base_sha256")},
     }
     dst = Path(dst)

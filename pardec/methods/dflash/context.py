@@ -80,8 +80,13 @@ class ContextCache:
         p = pos.gather(1, idx)
         valid = torch.arange(m, device=keep.device)[None, :] < n[:, None]  # [B, m]
         new = self.drafter.context_kv(f, p)
-        self.kv = new if self.kv is None else [(torch.cat([k0, k1], 2), torch.cat([v0, v1], 2))
-                                               for (k0, v0), (k1, v1) in zip(self.kv, new)]
+        self.kv = (
+            new
+            if self.kv is None
+            else [
+                (torch.cat([k0, k1], 2), torch.cat([v0, v1], 2)) for (k0, v0), (k1, v1) in zip(self.kv, new)
+            ]
+        )
         self.pos = torch.cat([self.pos, p], 1)
         self.valid = torch.cat([self.valid, valid], 1)
 
@@ -92,14 +97,22 @@ class ContextCache:
         self.pos, self.valid = self.pos[idx], self.valid[idx]
 
     @torch.no_grad()
-    def draft_logits(self, embed, head: DraftHead, anchors: torch.Tensor, anchor_pos: torch.Tensor, D: int) -> torch.Tensor:
+    def draft_logits(
+        self, embed, head: DraftHead, anchors: torch.Tensor, anchor_pos: torch.Tensor, D: int
+    ) -> torch.Tensor:
         """One drafter forward: anchors [B] (the last committed token, not yet seen by the target) at
-        positions anchor_pos [B] -> logits [B, D - 1, Vd] over head's draft vocabulary, for the tokens after it."""
+        positions anchor_pos [B] -> logits [B, D - 1, Vd] over head's draft vocabulary, for the tokens
+        after it."""
         ids = block_inputs(anchors, D, self.drafter.cfg.mask_token_id)  # [B, D]
         pos = anchor_pos[:, None] + torch.arange(D, device=anchors.device)[None, :]  # [B, D]
         B, S = self.valid.shape
-        mask = torch.cat([self.valid[:, None, :].expand(B, D, S),
-                          torch.ones(B, D, D, dtype=torch.bool, device=anchors.device)], 2)  # [B, D, S + D]
+        mask = torch.cat(
+            [
+                self.valid[:, None, :].expand(B, D, S),
+                torch.ones(B, D, D, dtype=torch.bool, device=anchors.device),
+            ],
+            2,
+        )  # [B, D, S + D]
         h = self.drafter(embed(ids), pos, self.kv or _empty_kv(self.drafter, B, anchors.device), mask)
         return head(h[:, 1:])  # [B, D - 1, Vd] float
 

@@ -63,15 +63,23 @@ class DrafterConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "DrafterConfig":
+    def from_dict(cls, d: dict) -> DrafterConfig:
         d = dict(d)
         d["target_layers"] = tuple(d["target_layers"])
         return cls(**d)
 
     @classmethod
-    def for_target(cls, config, mask_id: int, n_layers: int = 2, block_size: int = 8,
-                   target_layers: tuple[int, ...] | None = None, vocab_size: int | None = None,
-                   embed_scale: float = 1.0, draft_vocab_size: int = 0) -> "DrafterConfig":
+    def for_target(
+        cls,
+        config,
+        mask_id: int,
+        n_layers: int = 2,
+        block_size: int = 8,
+        target_layers: tuple[int, ...] | None = None,
+        vocab_size: int | None = None,
+        embed_scale: float = 1.0,
+        draft_vocab_size: int = 0,
+    ) -> DrafterConfig:
         """Same widths as the target (so the shared embedding and head fit, and layers can start
         as copies of the target's); target layers spread from the second to the fourth-last."""
         L = config.num_hidden_layers
@@ -83,12 +91,18 @@ class DrafterConfig:
         rope = getattr(config, "rope_parameters", None) or {}
         theta = rope.get("rope_theta") if isinstance(rope, dict) else None
         return cls(
-            hidden_size=config.hidden_size, n_layers=n_layers, n_heads=heads,
+            hidden_size=config.hidden_size,
+            n_layers=n_layers,
+            n_heads=heads,
             n_kv_heads=getattr(config, "num_key_value_heads", None) or heads,
             head_dim=getattr(config, "head_dim", None) or config.hidden_size // heads,
-            intermediate_size=config.intermediate_size, target_layers=tuple(target_layers),
-            n_target_layers=L, block_size=block_size, mask_token_id=mask_id,
-            vocab_size=vocab_size or config.vocab_size, embed_scale=embed_scale,
+            intermediate_size=config.intermediate_size,
+            target_layers=tuple(target_layers),
+            n_target_layers=L,
+            block_size=block_size,
+            mask_token_id=mask_id,
+            vocab_size=vocab_size or config.vocab_size,
+            embed_scale=embed_scale,
             rope_theta=float(theta or getattr(config, "rope_theta", 10000.0)),
             rms_eps=float(getattr(config, "rms_norm_eps", 1e-6)),
             max_position_embeddings=getattr(config, "max_position_embeddings", 32768),
@@ -154,7 +168,9 @@ class Attention(nn.Module):
         v = torch.cat([ctx[1].to(x.dtype), v_self], 2)
         rep = self.cfg.n_heads // self.cfg.n_kv_heads
         k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None], scale=1 / math.sqrt(self.cfg.head_dim))
+        o = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask[:, None], scale=1 / math.sqrt(self.cfg.head_dim)
+        )
         return self.o_proj(o.transpose(1, 2).reshape(B, T, -1))
 
 
@@ -203,9 +219,13 @@ class Drafter(nn.Module):
     def dtype(self) -> torch.dtype:
         return self.fc.weight.dtype
 
-    def context_kv(self, features: torch.Tensor, pos: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def context_kv(
+        self, features: torch.Tensor, pos: torch.Tensor
+    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Target features [B, S, F] at positions pos [B, S] -> per layer, keys and values [B, kv, S, d]."""
-        ctx = self.hidden_norm(self.fc(features.to(self.dtype) * self.feature_scale.to(self.dtype)))  # [B, S, H]
+        ctx = self.hidden_norm(
+            self.fc(features.to(self.dtype) * self.feature_scale.to(self.dtype))
+        )  # [B, S, H]
         return [layer.self_attn.kv(ctx, pos) for layer in self.layers]
 
     def forward(self, embeds: torch.Tensor, pos: torch.Tensor, ctx_kv, mask: torch.Tensor) -> torch.Tensor:
@@ -240,7 +260,11 @@ def init_from_target(drafter: Drafter, target, layers: bool = True) -> int:
     and shapes fit. Returns the number of tensors copied."""
     n = 0
     norm = getattr(target.get_decoder(), "norm", None)
-    if norm is not None and getattr(norm, "weight", None) is not None and norm.weight.shape == drafter.norm.weight.shape:
+    if (
+        norm is not None
+        and getattr(norm, "weight", None) is not None
+        and norm.weight.shape == drafter.norm.weight.shape
+    ):
         drafter.norm.weight.copy_(norm.weight.to(drafter.dtype))
         n += 1
     if not layers:
@@ -272,5 +296,7 @@ def choose_draft_vocab(sequences, size: int, vocab_size: int, always=(), exclude
         counts[t] = -1  # ranked last
     order = torch.argsort(-counts, stable=True)  # by count, then by id
     if size > vocab_size - len(set(exclude)):
-        raise PardecError(f"draft vocabulary of {size} is larger than the {vocab_size - len(set(exclude))} usable tokens")
+        raise PardecError(
+            f"draft vocabulary of {size} is larger than the {vocab_size - len(set(exclude))} usable tokens"
+        )
     return order[:size].sort().values

@@ -28,8 +28,10 @@ class DFlash(Verifier):
         if drafter is None:
             raise PardecError("method dflash needs a drafter (--drafter)")
         if config.block_size > drafter.cfg.block_size:
-            raise PardecError(f"block size {config.block_size} exceeds the drafter's trained block size "
-                              f"{drafter.cfg.block_size}")
+            raise PardecError(
+                f"block size {config.block_size} exceeds the drafter's trained block size "
+                f"{drafter.cfg.block_size}"
+            )
         self.target, self.drafter = model, drafter
         self.head = DraftHead(model.get_output_embeddings(), getattr(drafter, "draft_vocab", None), mask_id)
         self.context: ContextCache | None = None  # created at the first step, once the batch is known
@@ -52,8 +54,9 @@ class DFlash(Verifier):
         self.context.append(features[idx], out.fed_pos[idx], keep[idx])
         anchors = torch.tensor([r.committed[-1] for r in rows], device=keep.device)  # the bonus tokens
         anchor_pos = torch.tensor([len(r.committed) - 1 for r in rows], device=keep.device)
-        logits = self.context.draft_logits(self.target.get_input_embeddings(), self.head,
-                                           anchors, anchor_pos, self.cfg.block_size)  # [B, D - 1, Vd]
+        logits = self.context.draft_logits(
+            self.target.get_input_embeddings(), self.head, anchors, anchor_pos, self.cfg.block_size
+        )  # [B, D - 1, Vd]
         for b, r in enumerate(rows):
             self.set_drafts(r, logits[b], self.head.token_ids, self.head.full)
 
@@ -70,12 +73,22 @@ def prepare(lm, config, sets_block_size: bool, options: dict):
     unless the block size was set."""
     drafter = load_drafter(lm, options.get("drafter", "auto"))
     if drafter is None:
-        raise PardecError(f"method dflash needs a drafter: none is bundled for '{lm.name}'; "
-                          "train one with `pardec train-drafter` and pass --drafter FOLDER")
+        raise PardecError(
+            f"method dflash needs a drafter: none is bundled for '{lm.name}'; "
+            "train one with `pardec train-drafter` and pass --drafter FOLDER"
+        )
     if not sets_block_size:
         config = dataclasses.replace(config, block_size=drafter.cfg.block_size)
     return config, {"drafter": drafter}
 
 
-register(Method("dflash", DFlash, "lossless, drafts from a DFlash drafter", lossless=True, min_block_size=2,
-                prepare=prepare))
+register(
+    Method(
+        "dflash",
+        DFlash,
+        "lossless, drafts from a DFlash drafter",
+        lossless=True,
+        min_block_size=2,
+        prepare=prepare,
+    )
+)

@@ -29,8 +29,15 @@ from ...training.data import Example
 from ...training.run_state import heldout_tpf, write_checkpoint
 from . import checkpoint as dcheckpoint
 from .context import block_inputs
-from .model import (Drafter, DrafterConfig, choose_draft_vocab, embedding_scale, init_from_target,
-                    set_feature_scale, target_features)
+from .model import (
+    Drafter,
+    DrafterConfig,
+    choose_draft_vocab,
+    embedding_scale,
+    init_from_target,
+    set_feature_scale,
+    target_features,
+)
 
 
 @dataclass(frozen=True)
@@ -74,7 +81,9 @@ class DrafterTrainConfig:
 SHARD = 64  # examples per shard file
 
 
-def features_key(base_model: str, layers: tuple[int, ...], examples: list[Example], dtype: torch.dtype) -> str:
+def features_key(
+    base_model: str, layers: tuple[int, ...], examples: list[Example], dtype: torch.dtype
+) -> str:
     h = hashlib.sha256(json.dumps([base_model, list(layers), str(dtype)]).encode())
     for ex in examples:
         h.update(json.dumps(ex.ids).encode())
@@ -82,8 +91,9 @@ def features_key(base_model: str, layers: tuple[int, ...], examples: list[Exampl
 
 
 @torch.no_grad()
-def cache_features(target, examples: list[Example], layers: tuple[int, ...], folder: str | Path,
-                   progress: bool = True) -> Path:
+def cache_features(
+    target, examples: list[Example], layers: tuple[int, ...], folder: str | Path, progress: bool = True
+) -> Path:
     """Run the target over every example once (no gradients) and store the chosen layers' outputs
     [len(ids), H * len(layers)] as safetensors shards in `folder`; shards already there are kept,
     so an interrupted run resumes."""
@@ -91,8 +101,12 @@ def cache_features(target, examples: list[Example], layers: tuple[int, ...], fol
     folder.mkdir(parents=True, exist_ok=True)
     n_shards = math.ceil(len(examples) / SHARD)
     todo = [s for s in range(n_shards) if not (folder / f"shard-{s:05d}.safetensors").exists()]
-    bar = tqdm(total=sum(len(ex.ids) for s in todo for ex in examples[s * SHARD : (s + 1) * SHARD]),
-               desc="target features", unit="tok", disable=not progress)
+    bar = tqdm(
+        total=sum(len(ex.ids) for s in todo for ex in examples[s * SHARD : (s + 1) * SHARD]),
+        desc="target features",
+        unit="tok",
+        disable=not progress,
+    )
     for s in todo:
         tensors = {}
         for i in range(s * SHARD, min(len(examples), (s + 1) * SHARD)):
@@ -138,8 +152,14 @@ class DraftLoss:
     slot_count: torch.Tensor  # [D - 1]
 
 
-def drafter_loss(drafter: Drafter, target, ids: list[int], features: torch.Tensor, anchors: torch.Tensor,
-                 decay: float | None) -> DraftLoss:
+def drafter_loss(
+    drafter: Drafter,
+    target,
+    ids: list[int],
+    features: torch.Tensor,
+    anchors: torch.Tensor,
+    decay: float | None,
+) -> DraftLoss:
     """One sequence: features [L, F] of the target, anchors [K] -> the loss over K blocks at once."""
     D, dev = drafter.cfg.block_size, features.device
     L, K = len(ids), len(anchors)
@@ -150,8 +170,13 @@ def drafter_loss(drafter: Drafter, target, ids: list[int], features: torch.Tenso
     q_pos = anchors[:, None] + torch.arange(D, device=dev)  # [K, D]
     q_anchor = anchors.repeat_interleave(D)  # [K * D]
     q_block = torch.arange(K, device=dev).repeat_interleave(D)
-    mask = torch.cat([pos[None, :] < q_anchor[:, None],  # context strictly before the block's anchor
-                      q_block[:, None] == q_block[None, :]], 1)  # [K * D, L + K * D]
+    mask = torch.cat(
+        [
+            pos[None, :] < q_anchor[:, None],  # context strictly before the block's anchor
+            q_block[:, None] == q_block[None, :],
+        ],
+        1,
+    )  # [K * D, L + K * D]
     emb = target.get_input_embeddings()(blk.view(1, -1))
     h = drafter(emb, q_pos.view(1, -1), ctx, mask[None])[0].view(K, D, -1)[:, 1:]  # [K, D - 1, H]
     labels = x[q_pos[:, 1:].clamp(max=L - 1)]  # [K, D - 1]
@@ -164,8 +189,13 @@ def drafter_loss(drafter: Drafter, target, ids: list[int], features: torch.Tenso
     loss = (w * ce).sum() / w.sum().clamp_min(1e-9)
     hit = (logits.argmax(-1) == labels[valid]).float()
     z = torch.zeros(D - 1, device=dev)
-    return DraftLoss(loss, int(valid.sum()), z.index_add(0, slot - 1, ce.detach()),
-                     z.index_add(0, slot - 1, hit), z.index_add(0, slot - 1, torch.ones_like(hit)))
+    return DraftLoss(
+        loss,
+        int(valid.sum()),
+        z.index_add(0, slot - 1, ce.detach()),
+        z.index_add(0, slot - 1, hit),
+        z.index_add(0, slot - 1, torch.ones_like(hit)),
+    )
 
 
 # ---------------------------------------------------------------- the job for the training loop
@@ -178,9 +208,18 @@ class DrafterJob:
     lr_floor = 0.05
     distributed = False  # the loss calls the drafter's parts directly, not through a DDP wrapper
 
-    def __init__(self, target, drafter: Drafter, train: list[Example], features: list[torch.Tensor],
-                 heldout: list[list[int]], cfg: DrafterTrainConfig, base_model: str, base_sha256: str | None,
-                 stop_ids):
+    def __init__(
+        self,
+        target,
+        drafter: Drafter,
+        train: list[Example],
+        features: list[torch.Tensor],
+        heldout: list[list[int]],
+        cfg: DrafterTrainConfig,
+        base_model: str,
+        base_sha256: str | None,
+        stop_ids,
+    ):
         self.target, self.module, self.cfg = target, drafter, cfg
         self.keep = [i for i, ex in enumerate(train) if len(ex.ids) - 2 >= ex.response_start]
         if not self.keep:
@@ -192,27 +231,49 @@ class DrafterJob:
         self.params = list(drafter.parameters())
         self.param_names = {id(p): n for n, p in drafter.named_parameters()}
         self.n_examples, self.n_slots = len(self.keep), cfg.block_size - 1
-        self.autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16 and target.device.type == "cpu")
+        self.autocast = torch.autocast(
+            "cpu", dtype=torch.bfloat16, enabled=cfg.bf16 and target.device.type == "cpu"
+        )
 
     def loss(self, example, gen, forward):
         ex = self.train[self.keep[example]]
         anchors = sample_anchors(ex, self.cfg.anchors_per_sequence, gen).to(self.target.device)
         with self.autocast:
-            return drafter_loss(self.module, self.target, ex.ids, self.features[self.keep[example]].to(self.target.device),
-                                anchors, self.cfg.decay)
+            return drafter_loss(
+                self.module,
+                self.target,
+                ex.ids,
+                self.features[self.keep[example]].to(self.target.device),
+                anchors,
+                self.cfg.decay,
+            )
 
     def evaluate(self):
         if not self.heldout:
             return None
-        config = DecodeConfig(method="dflash", block_size=self.cfg.block_size, max_new_tokens=self.cfg.eval_max_new_tokens)
-        return heldout_tpf(self.target, self.heldout, config, self.module.cfg.mask_token_id, self.stop_ids,
-                           {"drafter": self.module})
+        config = DecodeConfig(
+            method="dflash", block_size=self.cfg.block_size, max_new_tokens=self.cfg.eval_max_new_tokens
+        )
+        return heldout_tpf(
+            self.target,
+            self.heldout,
+            config,
+            self.module.cfg.mask_token_id,
+            self.stop_ids,
+            {"drafter": self.module},
+        )
 
     def save(self, out, step, history, moments):
         training = dict(dataclasses.asdict(self.cfg), step=step)
-        write_checkpoint(out, lambda folder: dcheckpoint.save(folder, self.module, self.base_model, self.base_sha256,
-                                                              training=training, extra=moments),
-                         history, tpf_label="held-out dflash TPF", first_slot=1)
+        write_checkpoint(
+            out,
+            lambda folder: dcheckpoint.save(
+                folder, self.module, self.base_model, self.base_sha256, training=training, extra=moments
+            ),
+            history,
+            tpf_label="held-out dflash TPF",
+            first_slot=1,
+        )
 
     @torch.no_grad()
     def load(self, path):
@@ -221,24 +282,43 @@ class DrafterJob:
             if n == "draft_vocab" and n not in tensors:
                 continue  # a checkpoint from before draft vocabularies: keep the one chosen from the data
             if n not in tensors or tensors[n].shape != p.shape:
-                raise PardecError(f"cannot resume from '{path}': tensor '{n}' is missing or has another shape")
+                raise PardecError(
+                    f"cannot resume from '{path}': tensor '{n}' is missing or has another shape"
+                )
             p.copy_(tensors[n])
         return dcheckpoint.read_settings(path).get("training"), tensors
 
 
-def train_drafter(target, drafter: Drafter, train: list[Example], features: list[torch.Tensor],
-                  heldout: list[list[int]], cfg: DrafterTrainConfig, out: str | Path, base_model: str,
-                  base_sha256: str | None, stop_ids=frozenset(), resume: str | Path | None = None,
-                  progress: bool = True) -> list[dict]:
+def train_drafter(
+    target,
+    drafter: Drafter,
+    train: list[Example],
+    features: list[torch.Tensor],
+    heldout: list[list[int]],
+    cfg: DrafterTrainConfig,
+    out: str | Path,
+    base_model: str,
+    base_sha256: str | None,
+    stop_ids=frozenset(),
+    resume: str | Path | None = None,
+    progress: bool = True,
+) -> list[dict]:
     """Train `drafter` (float32 weights, bf16 autocast) on cached target features; checkpoint to
     `out` every cfg.eval_every steps with a held-out DFlash TPF. Returns the history."""
     job = DrafterJob(target, drafter, train, features, heldout, cfg, base_model, base_sha256, stop_ids)
     return trainer.train(job, cfg, out, resume, progress)
 
 
-def train_for(lm, train: list[Example], heldout: list[list[int]], cfg: DrafterTrainConfig, out: str | Path,
-              features: str | Path | None = None, resume: str | Path | None = None,
-              progress: bool = True) -> list[dict]:
+def train_for(
+    lm,
+    train: list[Example],
+    heldout: list[list[int]],
+    cfg: DrafterTrainConfig,
+    out: str | Path,
+    features: str | Path | None = None,
+    resume: str | Path | None = None,
+    progress: bool = True,
+) -> list[dict]:
     """Everything `pardec train-drafter` does for a LoadedModel (its plain base): size the drafter
     for the target, cache the target's features (in `features`, default under the pardec cache),
     choose the draft vocabulary from the data, set the feature scale and initial weights (fresh runs),
@@ -248,20 +328,50 @@ def train_for(lm, train: list[Example], heldout: list[list[int]], cfg: DrafterTr
     model, mask_id = lm.model, lm.mask_id
     V = model.get_output_embeddings().weight.shape[0]
     n_vocab = cfg.draft_vocab if 0 < cfg.draft_vocab < V - 1 else 0  # V - 1: [MASK] is never drafted
-    dcfg = DrafterConfig.for_target(model.config, mask_id, cfg.layers, cfg.block_size, cfg.target_layers,
-                                    vocab_size=V, embed_scale=embedding_scale(model), draft_vocab_size=n_vocab)
-    folder = Path(features) if features else (
-        cache_dir() / "features" / features_key(lm.name, dcfg.target_layers, train, model.dtype))
+    dcfg = DrafterConfig.for_target(
+        model.config,
+        mask_id,
+        cfg.layers,
+        cfg.block_size,
+        cfg.target_layers,
+        vocab_size=V,
+        embed_scale=embedding_scale(model),
+        draft_vocab_size=n_vocab,
+    )
+    folder = (
+        Path(features)
+        if features
+        else (cache_dir() / "features" / features_key(lm.name, dcfg.target_layers, train, model.dtype))
+    )
     cache_features(model, train, dcfg.target_layers, folder, progress)
     feats = load_features(folder, len(train))
     torch.manual_seed(cfg.seed)
     drafter = Drafter(dcfg)
     if n_vocab:  # from the data every run (a resumed older checkpoint may lack it)
-        drafter.draft_vocab.copy_(choose_draft_vocab([ex.ids[ex.response_start:] for ex in train], n_vocab, V,
-                                                     always=lm.stop_ids, exclude=[mask_id]))
+        drafter.draft_vocab.copy_(
+            choose_draft_vocab(
+                [ex.ids[ex.response_start :] for ex in train],
+                n_vocab,
+                V,
+                always=lm.stop_ids,
+                exclude=[mask_id],
+            )
+        )
     if resume is None:
         set_feature_scale(drafter, feats)
         if cfg.init != "random":
             init_from_target(drafter, model, layers=cfg.init == "target")
-    return train_drafter(model, drafter, train, feats, heldout, cfg, out, lm.name, lm.base_sha256, lm.stop_ids,
-                         resume=resume, progress=progress)
+    return train_drafter(
+        model,
+        drafter,
+        train,
+        feats,
+        heldout,
+        cfg,
+        out,
+        lm.name,
+        lm.base_sha256,
+        lm.stop_ids,
+        resume=resume,
+        progress=progress,
+    )
