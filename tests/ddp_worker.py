@@ -7,6 +7,7 @@ import torch
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from tiny import tiny_model  # noqa: E402
 
+from pardec.model import LoadedModel  # noqa: E402
 from pardec.training.config import TrainConfig  # noqa: E402
 from pardec.training.data import Example  # noqa: E402
 from pardec.training.loop import retrofit  # noqa: E402
@@ -19,23 +20,12 @@ def data():
 
 
 def config(steps=4):
-    return TrainConfig(
-        objective="nsp",
-        adapter="gated-lora",
-        block_size=4,
-        blocks_per_sequence=6,
-        lora_rank=4,
-        lora_alpha=8,
-        lr=1e-2,
-        warmup_steps=1,
-        steps=steps,
-        grad_accum=4,
-        bf16=False,
-        eval_every=steps,
-    )
+    return TrainConfig(objective="nsp", adapter="gated-lora", block_size=4,
+                       blocks_per_sequence=6, lora_rank=4, lora_alpha=8, lr=1e-2, warmup_steps=1,
+                       steps=steps, grad_accum=4, bf16=False, eval_every=steps)  # fmt: skip
 
 
 if __name__ == "__main__":
     torch.set_num_threads(1)
-    model, mask_id = tiny_model("llama", vocab=VOCAB)
-    retrofit(model, mask_id, data(), [], config(), sys.argv[1], "tiny", None, progress=False)
+    model, _ = tiny_model("llama", vocab=VOCAB)
+    retrofit(LoadedModel(model, None, "tiny"), data(), [], config(), sys.argv[1], progress=False)

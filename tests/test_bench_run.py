@@ -18,21 +18,8 @@ def test_bench_on_a_tiny_model_writes_all_files(tiny_dir, tmp_path, capsys):
     )
     out = tmp_path / "out"
     code = main(
-        [
-            "bench",
-            "--model",
-            tiny_dir,
-            "--dtype",
-            "float32",
-            "--task",
-            f"jsonl:{prompts}",
-            "--methods",
-            "hf,ar,threshold@0.0,eb@gamma=0.5,spec@block_size=3",
-            "--max-new-tokens",
-            "10",
-            "--out",
-            str(out),
-        ]
+        f"bench --model {tiny_dir} --dtype float32 --task jsonl:{prompts} --max-new-tokens 10 --out {out} "
+        "--methods hf,ar,threshold@0.0,eb@gamma=0.5,spec@block_size=3".split()
     )
     stdout, err = capsys.readouterr()
     assert code == 0, err
@@ -166,21 +153,10 @@ def test_a_stopped_bench_resumes_without_rerunning_what_it_logged(tiny_dir, tmp_
         "".join(json.dumps({"prompt": p}) + "\n" for p in ["hello world", "the cat sat", "one two"])
     )
     out = tmp_path / "out"
-    args = [
-        "bench",
-        "--model",
-        tiny_dir,
-        "--dtype",
-        "float32",
-        "--task",
-        f"jsonl:{prompts}",
-        "--methods",
-        "ar,spec@block_size=3",
-        "--max-new-tokens",
-        "6",
-        "--out",
-        str(out),
-    ]
+    args = (
+        f"bench --model {tiny_dir} --dtype float32 --task jsonl:{prompts} --methods ar,spec@block_size=3 "
+        f"--max-new-tokens 6 --out {out}"
+    ).split()
     real_decode, calls = runner.decode, []
 
     def stop_after_three_runs(model, prompts, config, *a, **kw):

@@ -23,20 +23,8 @@ def test_generate_json_reports_text_and_statistics(tiny_dir, capsys, tmp_path):
     )
     code, out, err = run_cli(
         capsys,
-        "generate",
-        "--model",
-        tiny_dir,
-        "--prompt-file",
-        str(f),
-        "--json",
-        "--dtype",
-        "float32",
-        "--method",
-        "spec",
-        "--max-new-tokens",
-        "12",
-        "--batch-size",
-        "2",
+        *f"generate --model {tiny_dir} --prompt-file {f} --json --dtype float32 --method spec "
+        f"--max-new-tokens 12 --batch-size 2".split(),
     )
     assert code == 0, err
     lines = [json.loads(line) for line in out.splitlines()]
@@ -48,21 +36,8 @@ def test_generate_json_reports_text_and_statistics(tiny_dir, capsys, tmp_path):
 
 
 def test_generate_streams_the_same_text_as_json(tiny_dir, capsys):
-    common = [
-        "generate",
-        "--model",
-        tiny_dir,
-        "--prompt",
-        "one two three",
-        "--dtype",
-        "float32",
-        "--method",
-        "threshold",
-        "--threshold",
-        "0.0",
-        "--max-new-tokens",
-        "10",
-    ]
+    flags = f"--model {tiny_dir} --dtype float32 --method threshold --threshold 0.0 --max-new-tokens 10"
+    common = ["generate", "--prompt", "one two three", *flags.split()]
     code, out, err = run_cli(capsys, *common)
     assert code == 0, err
     assert "tokens/forward" in err
@@ -90,22 +65,20 @@ def test_bad_parameters_give_one_line_errors(tiny_dir, capsys, args, message):
 
 
 def test_bad_inputs_give_one_line_errors(tiny_dir, capsys, tmp_path):
-    code, _, err = run_cli(capsys, "generate", "--model", "no-such-model", "--prompt", "hello")
+    code, _, err = run_cli(capsys, *"generate --model no-such-model --prompt hello".split())
     assert code == 2 and "unknown model 'no-such-model'" in err
-    code, _, err = run_cli(capsys, "generate", "--model", str(tmp_path / "x.gguf"), "--prompt", "hello")
+    code, _, err = run_cli(capsys, *f"generate --model {tmp_path / 'x.gguf'} --prompt hello".split())
     assert code == 2 and "GGUF file not found" in err
-    code, _, err = run_cli(capsys, "generate", "--model", tiny_dir, "--prompt", "   ")
+    code, _, err = run_cli(capsys, *f"generate --model {tiny_dir} --prompt".split(), "   ")
     assert code == 2 and "empty prompt" in err
     long_prompt = " ".join(["hello"] * 80)  # the tiny model's context is 64
-    code, _, err = run_cli(capsys, "generate", "--model", tiny_dir, "--prompt", long_prompt)
+    code, _, err = run_cli(capsys, *f"generate --model {tiny_dir} --prompt".split(), long_prompt)
     assert code == 2 and "context" in err and len(err.strip().splitlines()) == 1
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "hello"}\n{"text": 1}\n')
-    code, _, err = run_cli(capsys, "generate", "--model", tiny_dir, "--prompt-file", str(bad))
+    code, _, err = run_cli(capsys, *f"generate --model {tiny_dir} --prompt-file {bad}".split())
     assert code == 2 and "bad.jsonl:2" in err
-    code, _, err = run_cli(
-        capsys, "generate", "--model", tiny_dir, "--prompt", "hi", "--adapter", str(tmp_path)
-    )
+    code, _, err = run_cli(capsys, *f"generate --model {tiny_dir} --prompt hi --adapter {tmp_path}".split())
     assert code == 2 and "not a pardec checkpoint" in err
 
 
@@ -152,27 +125,8 @@ def test_train_drafter_then_generate_and_bench_with_dflash(tiny_dir, capsys, tmp
     ck = tmp_path / "drafter"
     code, _, err = run_cli(
         capsys,
-        "train-drafter",
-        "--model",
-        tiny_dir,
-        "--data",
-        str(data),
-        "--out",
-        str(ck),
-        "--dtype",
-        "float32",
-        "--steps",
-        "3",
-        "--eval-every",
-        "3",
-        "--heldout",
-        "1",
-        "--layers",
-        "1",
-        "--block-size",
-        "4",
-        "--draft-vocab",
-        "14",
+        *f"train-drafter --model {tiny_dir} --data {data} --out {ck} --dtype float32 --steps 3 --eval-every "
+        f"3 --heldout 1 --layers 1 --block-size 4 --draft-vocab 14".split(),
     )
     assert code == 0, err
     assert "held-out dflash TPF" in err and (ck / "pardec.json").is_file() and (ck / "curves.png").is_file()
@@ -186,18 +140,8 @@ def test_train_drafter_then_generate_and_bench_with_dflash(tiny_dir, capsys, tmp
     assert json.loads((ck / "pardec.json").read_text())["drafter"]["draft_vocab_size"] == 14 == len(vocab)
     assert ids | lm.stop_ids <= set(vocab) and lm.mask_id not in vocab  # 11 words + 2 stops + 1
     assert any((tmp_path / "cache" / "features").glob("*/shard-*.safetensors"))
-    common = [
-        "generate",
-        "--model",
-        tiny_dir,
-        "--prompt",
-        "one two three",
-        "--dtype",
-        "float32",
-        "--max-new-tokens",
-        "10",
-        "--json",
-    ]
+    common = ["generate", "--prompt", "one two three", *f"--model {tiny_dir} --dtype float32 --json".split(),
+              "--max-new-tokens", "10"]  # fmt: skip
     code, out, err = run_cli(capsys, *common, "--method", "dflash", "--drafter", str(ck))
     assert code == 0, err
     rec = json.loads(out)
@@ -207,7 +151,7 @@ def test_train_drafter_then_generate_and_bench_with_dflash(tiny_dir, capsys, tmp
     assert code == 2 and "needs a drafter" in err
     code, _, err = run_cli(capsys, *common, "--method", "dflash", "--drafter", str(ck), "--block-size", "6")
     assert code == 2 and "exceeds the drafter" in err
-    code, _, err = run_cli(capsys, "export", str(ck), str(tmp_path / "hf"), "--format", "dflash")
+    code, _, err = run_cli(capsys, *f"export {ck} {tmp_path / 'hf'} --format dflash".split())
     assert (
         code == 0
         and json.loads((tmp_path / "hf" / "config.json").read_text())["dflash_config"]["block_size"] == 4
@@ -222,15 +166,7 @@ def test_train_drafter_then_generate_and_bench_with_dflash(tiny_dir, capsys, tmp
     )
     code, _, err = run_cli(
         capsys,
-        "train-drafter",
-        "--model",
-        tiny_dir,
-        "--data",
-        str(data),
-        "--out",
-        str(ck),
-        "--target-layers",
-        "0,x",
+        *f"train-drafter --model {tiny_dir} --data {data} --out {ck} --target-layers 0,x".split(),
     )
     assert code == 2 and "--target-layers" in err
 

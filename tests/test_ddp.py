@@ -10,6 +10,7 @@ from ddp_worker import VOCAB, config, data
 from safetensors.torch import load_file
 from tiny import tiny_model
 
+from pardec.model import LoadedModel
 from pardec.training.loop import retrofit
 
 
@@ -39,7 +40,9 @@ def test_two_gloo_processes_match_one_process(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     model, mask_id = tiny_model("llama", vocab=VOCAB)
-    hist = retrofit(model, mask_id, data(), [], config(), tmp_path / "single", "tiny", None, progress=False)
+    hist = retrofit(
+        LoadedModel(model, None, "tiny"), data(), [], config(), tmp_path / "single", progress=False
+    )
     ddp = load_file(str(tmp_path / "ddp" / "adapter.safetensors"))
     single = load_file(str(tmp_path / "single" / "adapter.safetensors"))
     weights = [k for k in single if not k.startswith("optimizer.")]

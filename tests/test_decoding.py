@@ -117,17 +117,8 @@ def test_spec_greedy_equals_ar_with_oracle_and_wrong_drafts(tiny, monkeypatch):
     ar = use_oracle(OracleSpec, model, mask_id, prompt, monkeypatch)
     forwards = {}
     for draft_blocks in (1, 2, 4):
-        spec = run(
-            model,
-            mask_id,
-            [prompt],
-            method="spec",
-            block_size=4,
-            draft_blocks=draft_blocks,
-            block_at=None,
-            block_reach=0.0,
-            max_new_tokens=40,
-        )[0]
+        settings = dict(block_size=4, draft_blocks=draft_blocks, block_at=None, block_reach=0.0)
+        spec = run(model, mask_id, [prompt], method="spec", max_new_tokens=40, **settings)[0]
         assert spec.tokens == ar.tokens
         steps = spec.accepted_per_step
         assert max(steps) == 4 and any(1 < s < 4 for s in steps), steps  # full and partial acceptance
@@ -244,16 +235,8 @@ def test_spec_with_block_reach_equals_ar(tiny, monkeypatch):
     monkeypatch.setattr(ReachSpec, "blocks", spy)
     for reach, draft_blocks in ((0.4, 1), (0.4, 2), (0.9, 1)):
         backs.clear()
-        spec = run(
-            model,
-            mask_id,
-            [prompt],
-            method="spec",
-            block_size=5,
-            block_reach=reach,
-            draft_blocks=draft_blocks,
-            max_new_tokens=40,
-        )[0]
+        settings = dict(block_size=5, block_reach=reach, draft_blocks=draft_blocks)
+        spec = run(model, mask_id, [prompt], method="spec", max_new_tokens=40, **settings)[0]
         assert spec.tokens == ar.tokens
         assert spec.forwards < ar.forwards
         # The block sits after some but not all drafts somewhere: neither before nor after all of them.

@@ -141,25 +141,8 @@ def test_retrofit_cli_trains_saves_and_the_adapter_loads(tiny_dir, tmp_path, cap
     )
     ck = tmp_path / "ck"
     code = main(
-        [
-            "retrofit",
-            "--model",
-            tiny_dir,
-            "--dtype",
-            "float32",
-            "--data",
-            str(data),
-            "--out",
-            str(ck),
-            "--steps",
-            "4",
-            "--eval-every",
-            "2",
-            "--heldout",
-            "1",
-            "--grad-accum",
-            "1",
-        ]
+        f"retrofit --model {tiny_dir} --dtype float32 --data {data} --out {ck} --steps 4 --eval-every 2 "
+        f"--heldout 1 --grad-accum 1".split()
     )
     err = capsys.readouterr().err
     assert code == 0, err
@@ -168,60 +151,18 @@ def test_retrofit_cli_trains_saves_and_the_adapter_loads(tiny_dir, tmp_path, cap
     assert settings["training"]["step"] == 4
     assert len((ck / "history.jsonl").read_text().splitlines()) == 4
     code = main(
-        [
-            "generate",
-            "--model",
-            tiny_dir,
-            "--dtype",
-            "float32",
-            "--adapter",
-            str(ck),
-            "--prompt",
-            "hello",
-            "--json",
-            "--max-new-tokens",
-            "6",
-        ]
+        f"generate --model {tiny_dir} --dtype float32 --adapter {ck} --prompt hello --json --max-new-tokens "
+        f"6".split()
     )
     out = capsys.readouterr()
     assert code == 0, out.err
     code = main(
-        [
-            "retrofit",
-            "--model",
-            tiny_dir,
-            "--dtype",
-            "float32",
-            "--data",
-            str(data),
-            "--out",
-            str(tmp_path / "c2"),
-            "--steps",
-            "6",
-            "--eval-every",
-            "2",
-            "--heldout",
-            "1",
-            "--grad-accum",
-            "1",
-            "--resume",
-            str(ck),
-        ]
+        f"retrofit --model {tiny_dir} --dtype float32 --data {data} --out {tmp_path / 'c2'} --steps 6 "
+        f"--eval-every 2 --heldout 1 --grad-accum 1 --resume {ck}".split()
     )
     assert code == 0 and json.loads((tmp_path / "c2" / "pardec.json").read_text())["training"]["step"] == 6
     code = main(
-        [
-            "retrofit",
-            "--model",
-            tiny_dir,
-            "--data",
-            str(data),
-            "--out",
-            str(tmp_path / "c3"),
-            "--kind",
-            "gated-lora",
-            "--ntp-weight",
-            "0.5",
-        ]
+        f"retrofit --model {tiny_dir} --data {data} --out {tmp_path / 'c3'} --kind gated-lora --ntp-weight "
+        f"0.5".split()
     )
     assert code == 2 and "gated-lora" in capsys.readouterr().err

@@ -13,25 +13,16 @@ from pardec.errors import PardecError
 from pardec.methods.dflash import Drafter, DrafterConfig
 from pardec.methods.dflash import checkpoint as dcheckpoint
 from pardec.methods.dflash.model import set_feature_scale
-from pardec.methods.dflash.training import DrafterTrainConfig, cache_features, load_features, train_drafter
-from pardec.model import checkpoint
+from pardec.methods.dflash.training import DrafterJob, DrafterTrainConfig, cache_features, load_features
+from pardec.model import LoadedModel, checkpoint
+from pardec.training import trainer
 from pardec.training.data import Example
 
 
 def cfg(**kw):
-    base = dict(
-        block_size=4,
-        layers=1,
-        anchors_per_sequence=16,
-        lr=3e-3,
-        warmup_steps=2,
-        steps=80,
-        grad_accum=2,
-        bf16=False,
-        eval_every=40,
-        eval_max_new_tokens=24,
-        decay=2.0,
-    )
+    base = dict(block_size=4, layers=1, anchors_per_sequence=16, lr=3e-3, warmup_steps=2,
+                steps=80, grad_accum=2, bf16=False, eval_every=40, eval_max_new_tokens=24,
+                decay=2.0)  # fmt: skip
     base.update(kw)
     return DrafterTrainConfig(**base)
 
@@ -76,14 +67,19 @@ def test_feature_cache_holds_the_targets_layers_and_resumes(setup):
         load_features(folder, len(data) + 1)
 
 
+def train(setup, drafter, config, out, heldout=(), resume=None):
+    """The drafter job for the setup's target and data, run by the training loop."""
+    model, _, _, data, features, _, _ = setup
+    job = DrafterJob(LoadedModel(model, None, "tiny"), drafter, data, features, list(heldout), config)
+    return trainer.train(job, out, resume, progress=False)
+
+
 def test_training_raises_dflash_tpf_and_stays_lossless(setup, tmp_path):
     model, mask_id, heldout, data, features, dcfg, _ = setup
     drafter = new_drafter(dcfg)
     set_feature_scale(drafter, features)
     before, _ = tpf(model, mask_id, heldout, drafter)
-    hist = train_drafter(
-        model, drafter, data, features, heldout, cfg(), tmp_path / "ck", "tiny", None, progress=False
-    )
+    hist = train(setup, drafter, cfg(), tmp_path / "ck", heldout=heldout)
     assert hist[-1]["loss"] < 0.2 * hist[0]["loss"]
     after, res = tpf(model, mask_id, heldout, drafter)
     assert before < 1.3 and after > 2.5 and hist[-1]["heldout_tpf"] == pytest.approx(after)
@@ -100,87 +96,29 @@ def test_resume_matches_an_uninterrupted_run(setup, tmp_path):
     model, mask_id, _, data, features, dcfg, _ = setup
     c = cfg(steps=6, eval_every=3)
     straight = new_drafter(dcfg)
-    train_drafter(model, straight, data, features, [], c, tmp_path / "a", "tiny", None, progress=False)
+    train(setup, straight, c, tmp_path / "a")
     first = new_drafter(dcfg)
-    train_drafter(
-        model,
-        first,
-        data,
-        features,
-        [],
-        cfg(steps=3, eval_every=3),
-        tmp_path / "b",
-        "tiny",
-        None,
-        progress=False,
-    )
+    train(setup, first, cfg(steps=3, eval_every=3), tmp_path / "b")
     resumed = new_drafter(dcfg, seed=5)  # weights come from the checkpoint
-    train_drafter(
-        model,
-        resumed,
-        data,
-        features,
-        [],
-        c,
-        tmp_path / "c",
-        "tiny",
-        None,
-        resume=tmp_path / "b",
-        progress=False,
-    )
+    train(setup, resumed, c, tmp_path / "c", resume=tmp_path / "b")
     for (n, a), (_, b) in zip(straight.named_parameters(), resumed.named_parameters()):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6, msg=n)
     with pytest.raises(PardecError, match="settings differ"):
-        train_drafter(
-            model,
-            new_drafter(dcfg),
-            data,
-            features,
-            [],
-            cfg(steps=6, lr=1.0),
-            tmp_path / "d",
-            "tiny",
-            None,
-            resume=tmp_path / "b",
-            progress=False,
-        )
+        train(setup, new_drafter(dcfg), cfg(steps=6, lr=1.0), tmp_path / "d", resume=tmp_path / "b")
     # A checkpoint that lost a tensor is refused by name, not with a KeyError.
     weights = checkpoint.weights_file(tmp_path / "b", dcheckpoint.KIND)
     tensors = load_file(str(weights))
     del tensors["fc.weight"]
     save_file(tensors, str(weights))
     with pytest.raises(PardecError, match="'fc.weight' is missing"):
-        train_drafter(
-            model,
-            new_drafter(dcfg),
-            data,
-            features,
-            [],
-            c,
-            tmp_path / "e",
-            "tiny",
-            None,
-            resume=tmp_path / "b",
-            progress=False,
-        )
+        train(setup, new_drafter(dcfg), c, tmp_path / "e", resume=tmp_path / "b")
 
 
 def test_exports(setup, tmp_path):
     model, mask_id, _, data, features, dcfg, _ = setup
     drafter = new_drafter(dcfg)
     set_feature_scale(drafter, features)
-    train_drafter(
-        model,
-        drafter,
-        data,
-        features,
-        [],
-        cfg(steps=2, eval_every=2),
-        tmp_path / "ck",
-        "tiny",
-        None,
-        progress=False,
-    )
+    train(setup, drafter, cfg(steps=2, eval_every=2), tmp_path / "ck")
     checkpoint.export(tmp_path / "ck", tmp_path / "small")  # one export for every kind
     small = load_file(str(checkpoint.weights_file(tmp_path / "small", dcheckpoint.KIND)))
     assert not any(k.startswith("optimizer.") for k in small) and all(

@@ -9,7 +9,7 @@ from pardec.core.cache import BlockCache
 from pardec.core.step import Block, block_step
 from pardec.decoding import DecodeConfig, decode
 from pardec.errors import PardecError
-from pardec.model import adapters, checkpoint
+from pardec.model import LoadedModel, adapters, checkpoint
 from pardec.training.config import TrainConfig
 from pardec.training.data import Example, split_heldout
 from pardec.training.loop import retrofit
@@ -62,22 +62,15 @@ def test_plain_lora_changes_ntp_logits():
     assert (adapted(ids).logits - base(ids).logits).abs().max() > 1e-2
 
 
+def train(model, data, cfg, out, heldout=(), name="tiny", **kw):
+    """retrofit() on a tiny model, loaded as `name`."""
+    return retrofit(LoadedModel(model, None, name), data, list(heldout), cfg, out, progress=False, **kw)
+
+
 def train_cfg(**kw):
-    base = dict(
-        objective="nsp",
-        adapter="gated-lora",
-        block_size=4,
-        blocks_per_sequence=8,
-        lora_rank=8,
-        lora_alpha=16,
-        lr=3e-3,
-        warmup_steps=2,
-        steps=60,
-        grad_accum=2,
-        bf16=False,
-        eval_every=30,
-        eval_max_new_tokens=24,
-    )
+    base = dict(objective="nsp", adapter="gated-lora", block_size=4, blocks_per_sequence=8,
+                lora_rank=8, lora_alpha=16, lr=3e-3, warmup_steps=2, steps=60, grad_accum=2,
+                bf16=False, eval_every=30, eval_max_new_tokens=24)  # fmt: skip
     base.update(kw)
     return TrainConfig(**base)
 
@@ -116,7 +109,7 @@ def test_training_on_self_distilled_data_raises_spec_tpf(tmp_path):
     before = decode(model, heldout, DecodeConfig(method="spec", max_new_tokens=24), mask_id)
     tpf_before = sum(len(r.tokens) for r in before) / sum(r.forwards for r in before)
     cfg = train_cfg(steps=100, lr=1e-2, blocks_per_sequence=16, eval_every=50)
-    hist = retrofit(model, mask_id, data, heldout, cfg, tmp_path / "ck", "tiny", None, progress=False)
+    hist = train(model, data, cfg, tmp_path / "ck", heldout=heldout)
     assert hist[-1]["loss"] < 0.2 * hist[0]["loss"]
     assert min(hist[-1]["slot_acc"]) > 0.8  # every block position is now mostly right
     assert tpf_before < 1.3 and hist[-1]["heldout_tpf"] > 2.0
@@ -129,17 +122,7 @@ def test_training_on_self_distilled_data_raises_spec_tpf(tmp_path):
 def test_checkpoint_of_an_adapter_loads_and_decodes_the_same(tmp_path):
     model, mask_id = tiny_model("llama", vocab=VOCAB)
     data = [Example([t % VOCAB for t in range(i, i + 30)], 5) for i in range(0, 8)]
-    retrofit(
-        model,
-        mask_id,
-        data,
-        [],
-        train_cfg(steps=4, eval_every=4),
-        tmp_path / "ck",
-        "tiny",
-        None,
-        progress=False,
-    )
+    train(model, data, train_cfg(steps=4, eval_every=4), tmp_path / "ck")
     fresh, _ = tiny_model("llama", vocab=VOCAB)
     settings = checkpoint.apply(fresh, tmp_path / "ck", "tiny", mask_id)
     assert settings.adapter == "gated-lora" and settings.training["objective"] == "nsp"
@@ -161,23 +144,11 @@ def test_resume_matches_an_uninterrupted_run(tmp_path):
     data = counting_examples(8)
     cfg = train_cfg(steps=6, eval_every=3)
     straight, mask_id = tiny_model("llama", vocab=VOCAB)
-    retrofit(straight, mask_id, data, [], cfg, tmp_path / "a", "tiny", None, progress=False)
+    train(straight, data, cfg, tmp_path / "a")
     first, _ = tiny_model("llama", vocab=VOCAB)
-    retrofit(
-        first,
-        mask_id,
-        data,
-        [],
-        train_cfg(steps=3, eval_every=3),
-        tmp_path / "b",
-        "tiny",
-        None,
-        progress=False,
-    )
+    train(first, data, train_cfg(steps=3, eval_every=3), tmp_path / "b")
     resumed, _ = tiny_model("llama", vocab=VOCAB)
-    retrofit(
-        resumed, mask_id, data, [], cfg, tmp_path / "c", "tiny", None, resume=tmp_path / "b", progress=False
-    )
+    train(resumed, data, cfg, tmp_path / "c", resume=tmp_path / "b")
     sa, sc = adapters.adapter_state(straight), adapters.adapter_state(resumed)
     for k in sa:
         torch.testing.assert_close(sc[k], sa[k], rtol=1e-4, atol=1e-6)
@@ -185,40 +156,20 @@ def test_resume_matches_an_uninterrupted_run(tmp_path):
 
 def test_joint_layout_with_sbd_and_ntp_loss_trains(tmp_path):
     model, mask_id = tiny_model("qwen2", vocab=VOCAB)
-    cfg = train_cfg(
-        objective="sbd",
-        adapter="lora",
-        ntp_weight=0.5,
-        min_block_size=2,
-        decay=2.0,
-        steps=60,
-        lr=1e-2,
-        eval_every=60,
-    )
-    hist = retrofit(
-        model, mask_id, counting_examples(), [], cfg, tmp_path / "ck", "tiny", None, progress=False
-    )
+    cfg = train_cfg(objective="sbd", adapter="lora", ntp_weight=0.5, min_block_size=2, decay=2.0, steps=60,
+                    lr=1e-2, eval_every=60)  # fmt: skip
+    hist = train(model, counting_examples(), cfg, tmp_path / "ck")
     assert hist[-1]["loss"] < 0.6 * hist[0]["loss"]
 
 
 def test_init_from_warm_starts_with_another_block_size_and_refuses_another_rank(tmp_path):
     data = counting_examples(8)
     first, mask_id = tiny_model("llama", vocab=VOCAB)
-    retrofit(
-        first,
-        mask_id,
-        data,
-        [],
-        train_cfg(steps=3, eval_every=3),
-        tmp_path / "a",
-        "tiny",
-        None,
-        progress=False,
-    )
+    train(first, data, train_cfg(steps=3, eval_every=3), tmp_path / "a")
     # D 4 -> 6 with a learning rate too small to move the weights: they are the first run's.
     cfg = train_cfg(steps=1, eval_every=1, block_size=6, lr=1e-12, init_from=str(tmp_path / "a"))
     second, _ = tiny_model("llama", vocab=VOCAB)
-    hist = retrofit(second, mask_id, data, [], cfg, tmp_path / "b", "tiny", None, progress=False)
+    hist = train(second, data, cfg, tmp_path / "b")
     sa, sb = adapters.adapter_state(first), adapters.adapter_state(second)
     assert any(v.abs().max() > 0 for k, v in sa.items() if k.endswith("lora_b"))  # trained: B starts at 0
     for k in sa:
@@ -227,51 +178,26 @@ def test_init_from_warm_starts_with_another_block_size_and_refuses_another_rank(
         tmp_path / "a"
     )
     with pytest.raises(PardecError, match="cannot start from"):  # a smaller rank would lose the update
-        retrofit(
+        train(
             tiny_model("llama", vocab=VOCAB)[0],
-            mask_id,
             data,
-            [],
             train_cfg(lora_rank=4, init_from=str(tmp_path / "a")),
             tmp_path / "c",
-            "tiny",
-            None,
-            progress=False,
         )
     with pytest.raises(PardecError, match="base model"):
-        retrofit(
-            tiny_model("llama", vocab=VOCAB)[0],
-            mask_id,
-            data,
-            [],
-            cfg,
-            tmp_path / "d",
-            "other",
-            None,
-            progress=False,
-        )
+        train(tiny_model("llama", vocab=VOCAB)[0], data, cfg, tmp_path / "d", name="other")
 
 
 def test_init_from_a_smaller_rank_starts_from_the_same_update_and_trains_the_extra_rank(tmp_path):
     data = counting_examples(8)
     first, mask_id = tiny_model("llama", vocab=VOCAB)
-    retrofit(
-        first,
-        mask_id,
-        data,
-        [],
-        train_cfg(steps=3, eval_every=3),
-        tmp_path / "a",
-        "tiny",
-        None,
-        progress=False,
-    )
+    train(first, data, train_cfg(steps=3, eval_every=3), tmp_path / "a")
     # Rank 8 (alpha 16, scale 2) -> rank 16 with alpha 8 (scale 0.5): the same update, another scale.
     grown, _ = tiny_model("llama", vocab=VOCAB)
     cfg = train_cfg(
         steps=1, eval_every=1, lr=1e-12, lora_rank=16, lora_alpha=8, init_from=str(tmp_path / "a")
     )
-    retrofit(grown, mask_id, data, [], cfg, tmp_path / "b", "tiny", None, progress=False)
+    train(grown, data, cfg, tmp_path / "b")
     old, new = adapters.lora_modules(first), adapters.lora_modules(grown)
     x = torch.randn(3, 5, next(iter(old.values())).lora_a.shape[1])
     for name, m in old.items():
@@ -284,28 +210,18 @@ def test_init_from_a_smaller_rank_starts_from_the_same_update_and_trains_the_ext
     # Trained on, the extra rank moves off zero.
     more = train_cfg(steps=2, eval_every=2, lora_rank=16, lora_alpha=8, init_from=str(tmp_path / "a"))
     third, _ = tiny_model("llama", vocab=VOCAB)
-    retrofit(third, mask_id, data, [], more, tmp_path / "c", "tiny", None, progress=False)
+    train(third, data, more, tmp_path / "c")
     assert any(m.lora_b[:, 8:].abs().max() > 0 for m in adapters.lora_modules(third).values())
 
 
 def test_init_from_keeps_a_subset_of_targets_and_the_checkpoint_loads_only_those(tmp_path):
     data = counting_examples(8)
     first, mask_id = tiny_model("qwen2", vocab=VOCAB)
-    retrofit(
-        first,
-        mask_id,
-        data,
-        [],
-        train_cfg(steps=3, eval_every=3),
-        tmp_path / "a",
-        "tiny",
-        None,
-        progress=False,
-    )
+    train(first, data, train_cfg(steps=3, eval_every=3), tmp_path / "a")
     attention = adapters.parse_targets("attention")
     cfg = train_cfg(steps=1, eval_every=1, lr=1e-12, lora_targets=attention, init_from=str(tmp_path / "a"))
     second, _ = tiny_model("qwen2", vocab=VOCAB)
-    retrofit(second, mask_id, data, [], cfg, tmp_path / "b", "tiny", None, progress=False)
+    train(second, data, cfg, tmp_path / "b")
     sa, sb = adapters.adapter_state(first), adapters.adapter_state(second)
     assert sb and set(sb) < set(sa)
     assert {k.split(".")[-2] for k in sb} == set(attention)
@@ -320,17 +236,7 @@ def test_init_from_keeps_a_subset_of_targets_and_the_checkpoint_loads_only_those
         steps=1, eval_every=1, lora_targets=adapters.parse_targets("mlp"), init_from=str(tmp_path / "b")
     )
     with pytest.raises(PardecError, match="does not fit this run"):
-        retrofit(
-            tiny_model("qwen2", vocab=VOCAB)[0],
-            mask_id,
-            data,
-            [],
-            mlp_cfg,
-            tmp_path / "c",
-            "tiny",
-            None,
-            progress=False,
-        )
+        train(tiny_model("qwen2", vocab=VOCAB)[0], data, mlp_cfg, tmp_path / "c")
 
 
 def test_parse_targets():

@@ -34,4 +34,5 @@ def tiny_model(kind: str = "llama", seed: int = 0, vocab: int = VOCAB):
     model.eval()
     mask_id = vocab  # one row past the vocabulary, added like surgery does
     model.resize_token_embeddings(vocab + 1, mean_resizing=False)
+    model.config.mask_token_id = mask_id  # where surgery records it
     return model, mask_id

@@ -1,5 +1,6 @@
-"""The `pardec` command line: one module per subcommand, each parsing its arguments and calling the
-library. Errors the user can fix (PardecError) print one line and exit 2."""
+"""The `pardec` command line: one module per subcommand (HELP, DESCRIPTION, add_arguments, run), each
+parsing its arguments and calling the library. Errors the user can fix (PardecError) print one line
+and exit 2."""
 
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Decode several tokens per forward pass with a retrofitted causal LM.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in COMMANDS.values():
-        module.add_parser(sub)
+    for name, module in COMMANDS.items():
+        module.add_arguments(sub.add_parser(name, help=module.HELP, description=module.DESCRIPTION))
     return parser
 
 

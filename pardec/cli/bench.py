@@ -9,54 +9,43 @@ from pathlib import Path
 from . import common
 
 HELP = "side-by-side speed and quality of decoding methods on a benchmark"
+DESCRIPTION = (
+    "Run every method on the same prompts, interleaved, after a warm-up; "
+    "report TPF, tokens/s, speedup vs ar (same run), identity to ar, task "
+    "score and NLL; write results.json, results.md and plots."
+)
 
 
-def add_parser(sub) -> None:
+# fmt: off
+def add_arguments(b) -> None:
     from ..decoding import DecodeConfig
     from ..tasks import TASKS
 
-    b = sub.add_parser(
-        "bench",
-        help=HELP,
-        description="Run every method on the same prompts, interleaved, after a warm-up; "
-        "report TPF, tokens/s, speedup vs ar (same run), identity to ar, task "
-        "score and NLL; write results.json, results.md and plots.",
-    )
     common.add_model_args(b)
     common.add_adapter_arg(b)
     common.add_drafter_arg(b)
-    b.add_argument(
-        "--methods",
-        default="ar,threshold,eb,spec",
-        help="comma list; settings after @, e.g. ar,threshold@0.9,threshold@0.7,eb@gamma=0.5,"
-        "spec@block_size=8,dflash; 'hf' = transformers' generate (greedy) for reference; "
-        "@adapter=PATH gives a method its own adapter (e.g. ar,spec,spec@adapter=runs/new "
-        "compares two adapters against the same ar)",
-    )
-    b.add_argument(
-        "--task",
-        default="humaneval",
-        help=f"{' | '.join(TASKS)} | jsonl:PATH; several in one run, with inclusive ranges, e.g. "
-        "humaneval:0-79,mtbench:0-19,jsonl:mine.jsonl (prompts interleaved, one table per task)",
-    )
+    b.add_argument("--methods", default="ar,threshold,eb,spec",
+                   help="comma list; settings after @, e.g. ar,threshold@0.9,threshold@0.7,eb@gamma=0.5,"
+                        "spec@block_size=8,dflash; 'hf' = transformers' generate (greedy) for reference; "
+                        "@adapter=PATH gives a method its own adapter (e.g. ar,spec,spec@adapter=runs/new "
+                        "compares two adapters against the same ar)")
+    b.add_argument("--task", default="humaneval",
+                   help=f"{' | '.join(TASKS)} | jsonl:PATH; several in one run, with inclusive ranges, e.g. "
+                        "humaneval:0-79,mtbench:0-19,jsonl:mine.jsonl (prompts interleaved, one table per "
+                        "task)")
     b.add_argument("--limit", type=int, default=None, help="number of items")
     b.add_argument("--offset", type=int, default=0, help="first item")
     b.add_argument("--max-new-tokens", type=int, default=256)
-    b.add_argument(
-        "--block-size",
-        type=int,
-        default=None,
-        help="default D for every method (default: the block size the adapter was trained with, else "
-        f"{DecodeConfig.block_size}; dflash: the drafter's, unless dflash@block_size=N)",
-    )
+    b.add_argument("--block-size", type=int, default=None,
+                   help="default D for every method (default: the block size the adapter was trained with, "
+                        "else "
+                        f"{DecodeConfig.block_size}; dflash: the drafter's, unless dflash@block_size=N)")
     b.add_argument("--no-chat", action="store_true")
     b.add_argument("--out", default="bench-out", help="output folder (default bench-out)")
-    b.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue a stopped run in --out: runs logged in OUT/progress.jsonl are reused, not "
-        "rerun; with fewer prompts (--task, --limit) it just tables the runs already made",
-    )
+    b.add_argument("--resume", action="store_true",
+                   help="continue a stopped run in --out: runs logged in OUT/progress.jsonl are reused, not "
+                        "rerun; with fewer prompts (--task, --limit) it just tables the runs already made")
+# fmt: on
 
 
 def run(args) -> None:

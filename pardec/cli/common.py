@@ -3,25 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 DTYPES = ("float32", "bfloat16")
 
 
+# fmt: off
 def add_model_args(p: argparse.ArgumentParser) -> None:
     from ..model import DEFAULT_MODEL, PACKAGED
 
-    p.add_argument(
-        "--model",
-        default=DEFAULT_MODEL,
-        help=f"Hugging Face id or folder, a .gguf file, or a packaged alias "
-        f"({', '.join(PACKAGED)}); default {DEFAULT_MODEL}",
-    )
-    p.add_argument(
-        "--dtype",
-        choices=DTYPES,
-        default="bfloat16",
-        help="bfloat16 for speed (default); float32 for exactness checks",
-    )
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help=f"Hugging Face id or folder, a .gguf file, or a packaged alias "
+                        f"({', '.join(PACKAGED)}); default {DEFAULT_MODEL}")
+    p.add_argument("--dtype", choices=DTYPES, default="bfloat16",
+                   help="bfloat16 for speed (default); float32 for exactness checks")
+# fmt: on
 
 
 def dtype(args):
@@ -30,72 +26,68 @@ def dtype(args):
     return getattr(torch, args.dtype)
 
 
+# fmt: off
 def add_adapter_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--adapter",
-        default="auto",
-        help="a pardec checkpoint folder trained for this model; 'auto' (default) = the adapter "
-        "bundled with pardec for this model, if any; 'none' = the plain model",
-    )
+    p.add_argument("--adapter", default="auto",
+                   help="a pardec checkpoint folder trained for this model; 'auto' (default) = the adapter "
+                        "bundled with pardec for this model, if any; 'none' = the plain model")
+# fmt: on
 
 
+# fmt: off
 def add_drafter_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--drafter",
-        default="auto",
-        help="DFlash drafter folder (pardec train-drafter) for method dflash; 'auto' (default) = "
-        "the drafter bundled with pardec for this model, if any; 'none'",
-    )
+    p.add_argument("--drafter", default="auto",
+                   help="DFlash drafter folder (pardec train-drafter) for method dflash; 'auto' (default) = "
+                        "the drafter bundled with pardec for this model, if any; 'none'")
+# fmt: on
 
 
+# fmt: off
 def add_run_args(p: argparse.ArgumentParser, cfg, checkpoint: str) -> None:
     """Data, checkpoint and schedule options of both training commands; defaults from their config
     (TrainConfig or DrafterTrainConfig, which share these field names)."""
-    p.add_argument(
-        "--data",
-        required=True,
-        nargs="+",
-        metavar="JSONL",
-        help="distilled JSONL files (prompt, response); the held-out prompts come from each file's end",
-    )
+    p.add_argument("--data", required=True, nargs="+", metavar="JSONL",
+                   help="distilled JSONL files (prompt, response); the held-out prompts come from each "
+                        "file's end")
     p.add_argument("--out", required=True, help=checkpoint)
     p.add_argument("--resume", help=f"{checkpoint} to resume from")
     p.add_argument("--lr", type=float, default=cfg.lr, help=f"peak learning rate (default {cfg.lr})")
     p.add_argument("--steps", type=int, default=cfg.steps, help=f"optimizer steps (default {cfg.steps})")
-    p.add_argument(
-        "--grad-accum",
-        type=int,
-        default=cfg.grad_accum,
-        help=f"sequences per step (default {cfg.grad_accum})",
-    )
-    p.add_argument(
-        "--max-length",
-        type=int,
-        default=cfg.max_length,
-        help=f"tokens per sequence (default {cfg.max_length})",
-    )
+    p.add_argument("--grad-accum", type=int, default=cfg.grad_accum,
+                   help=f"sequences per step (default {cfg.grad_accum})")
+    p.add_argument("--max-length", type=int, default=cfg.max_length,
+                   help=f"tokens per sequence (default {cfg.max_length})")
     p.add_argument("--eval-every", type=int, default=cfg.eval_every, help="steps between checkpoints")
     p.add_argument("--heldout", type=int, default=cfg.eval_prompts, help="prompts held out for the TPF check")
     p.add_argument("--seed", type=int, default=cfg.seed)
+# fmt: on
 
 
-def read_training_rows(args) -> tuple[list[dict], list[dict]]:
-    """(train rows, held-out rows) from --data and --heldout, read before any model loads."""
-    from ..training.data import read_pairs, split_heldout
-
-    return split_heldout([read_pairs(f) for f in args.data], args.data, args.heldout)
-
-
-def tokenize_rows(lm, rows: tuple[list[dict], list[dict]], max_length: int):
-    """(train examples, held-out prompt ids)."""
-    from ..training.data import tokenize
-
-    train_rows, held_rows = rows
-    return tokenize(lm.model, lm.tokenizer, train_rows, max_length), [
-        lm.encode(r["prompt"]) for r in held_rows
-    ]
+def run_settings(args) -> dict:
+    """The add_run_args settings, as fields of TrainConfig and DrafterTrainConfig."""
+    return dict(
+        lr=args.lr, steps=args.steps, grad_accum=args.grad_accum, max_length=args.max_length,
+        bf16=args.dtype == "bfloat16", seed=args.seed, eval_every=args.eval_every, eval_prompts=args.heldout,
+    )  # fmt: skip
 
 
+def train_and_report(args, cfg, what: str, train) -> None:
+    """Read --data (before any model loads), load the plain base model, tokenize, then
+    `train(lm, examples, heldout prompts)`; print where the checkpoint went and its held-out TPF."""
+    from ..model import load_model
+    from ..training.data import read_pairs, split_heldout, tokenize
+
+    train_rows, held_rows = split_heldout([read_pairs(f) for f in args.data], args.data, args.heldout)
+    # The base stays in the chosen dtype (frozen); what trains is float32.
+    lm = load_model(args.model, dtype(args), "none")
+    examples = tokenize(lm.model, lm.tokenizer, train_rows, cfg.max_length)
+    hist = train(lm, examples, [lm.encode(r["prompt"]) for r in held_rows])
+    last = hist[-1]
+    print(f"{args.command}: {last['step']} steps, loss {last['loss']:.3f}, held-out {what} TPF "
+          f"{last.get('heldout_tpf')}; checkpoint in {args.out}", file=sys.stderr)  # fmt: skip
+
+
+# fmt: off
 def add_decode_args(p: argparse.ArgumentParser) -> None:
     from .. import methods  # noqa: F401  (every method registered, for the list below)
     from ..decoding import METHODS, DecodeConfig
@@ -103,68 +95,41 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     d = DecodeConfig()
     listed = "; ".join(f"{m.name} = {m.summary}" for m in METHODS.values())
     p.add_argument("--method", default=d.method, help=f"{listed} (default {d.method})")
-    p.add_argument(
-        "--block-size",
-        type=int,
-        default=None,
-        help=f"D, slots per forward (default: the block size the adapter was trained with, else "
-        f"{d.block_size}; dflash: the drafter's)",
-    )
-    p.add_argument(
-        "--threshold",
-        type=float,
-        default=d.threshold,
-        help=f"threshold: confidence to keep a slot, in [0, 1] (default {d.threshold})",
-    )
-    p.add_argument(
-        "--confidence",
-        choices=("prob", "entropy"),
-        default=d.confidence,
-        help="threshold: max probability, or 1 - entropy / log V",
-    )
-    p.add_argument(
-        "--draft-blocks",
-        type=int,
-        default=d.draft_blocks,
-        help="spec: blocks fed per forward, one per likely acceptance length (more drafts after "
-        f"a rejection, longer forwards; default {d.draft_blocks})",
-    )
-    p.add_argument(
-        "--block-at",
-        type=int,
-        default=d.block_at,
-        help="spec: feed the block after at most this many drafts, fixed; it yields the next drafts "
-        "after any acceptance at least that long (0: always; D - 1 or more: only after all "
-        "drafts are accepted, with the most drafts). Default: placed by --block-reach",
-    )
-    p.add_argument(
-        "--draft-cutoff",
-        type=float,
-        default=d.draft_cutoff,
-        help="spec, dflash: feed the next drafts while the product of their confidences stays at or "
-        "above this, in [0, 1]; unlikely drafts cost a fed token each and are rarely accepted. "
-        f"Still lossless (default {d.draft_cutoff}: feed them all)",
-    )
-    p.add_argument(
-        "--block-reach",
-        type=float,
-        default=d.block_reach,
-        help="spec: feed the block after the drafts whose confidences' product stays at or above "
-        "this, in [0, 1]: the likely accepted ones, so it sees more text and its nearest slots "
-        f"become the next drafts (default {d.block_reach}; 0: after all drafts; ignored with "
-        "--block-at)",
-    )
-    p.add_argument(
-        "--gamma",
-        type=float,
-        default=d.gamma,
-        help=f"eb: entropy budget in nats per forward (default {d.gamma})",
-    )
+    p.add_argument("--block-size", type=int, default=None,
+                   help=f"D, slots per forward (default: the block size the adapter was trained with, else "
+                        f"{d.block_size}; dflash: the drafter's)")
+    p.add_argument("--threshold", type=float, default=d.threshold,
+                   help=f"threshold: confidence to keep a slot, in [0, 1] (default {d.threshold})")
+    p.add_argument("--confidence", choices=("prob", "entropy"), default=d.confidence,
+                   help="threshold: max probability, or 1 - entropy / log V")
+    p.add_argument("--draft-blocks", type=int, default=d.draft_blocks,
+                   help="spec: blocks fed per forward, one per likely acceptance length (more drafts after "
+                        f"a rejection, longer forwards; default {d.draft_blocks})")
+    p.add_argument("--block-at", type=int, default=d.block_at,
+                   help="spec: feed the block after at most this many drafts, fixed; it yields the next "
+                        "drafts "
+                        "after any acceptance at least that long (0: always; D - 1 or more: only after all "
+                        "drafts are accepted, with the most drafts). Default: placed by --block-reach")
+    p.add_argument("--draft-cutoff", type=float, default=d.draft_cutoff,
+                   help="spec, dflash: feed the next drafts while the product of their confidences stays at "
+                        "or "
+                        "above this, in [0, 1]; unlikely drafts cost a fed token each and are rarely "
+                        "accepted. "
+                        f"Still lossless (default {d.draft_cutoff}: feed them all)")
+    p.add_argument("--block-reach", type=float, default=d.block_reach,
+                   help="spec: feed the block after the drafts whose confidences' product stays at or above "
+                        "this, in [0, 1]: the likely accepted ones, so it sees more text and its nearest "
+                        "slots "
+                        f"become the next drafts (default {d.block_reach}; 0: after all drafts; ignored with "
+                        "--block-at)")
+    p.add_argument("--gamma", type=float, default=d.gamma,
+                   help=f"eb: entropy budget in nats per forward (default {d.gamma})")
     p.add_argument("--temperature", type=float, default=d.temperature, help="0 = greedy (default)")
     p.add_argument("--top-p", type=float, default=d.top_p, help="nucleus sampling mass (default 1.0)")
     p.add_argument("--seed", type=int, default=None, help="seed for sampling")
     p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens, help=f"default {d.max_new_tokens}")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+# fmt: on
 
 
 def decode_config(args):

@@ -8,29 +8,28 @@ from ..errors import PardecError
 from . import common
 
 HELP = "have the base model answer prompts: training data for retrofit"
+DESCRIPTION = (
+    "Generate self-distilled training data (JSONL: id, prompt, response). "
+    "Resumable; prompts overlapping HumanEval, GSM8K or MT-bench are left "
+    "out."
+)
 
 
-def add_parser(sub) -> None:
+# fmt: off
+def add_arguments(d) -> None:
     from ..training.sources import BUILTIN
 
-    d = sub.add_parser(
-        "distill",
-        help=HELP,
-        description="Generate self-distilled training data (JSONL: id, prompt, response). "
-        "Resumable; prompts overlapping HumanEval, GSM8K or MT-bench are left out.",
-    )
     common.add_model_args(d)
-    d.add_argument(
-        "--prompts",
-        default="builtin:code,builtin:sharegpt",
-        help="comma list of sources: " + ", ".join(BUILTIN) + ", or JSONL files with a 'prompt' field",
-    )
+    d.add_argument("--prompts", default="builtin:code,builtin:sharegpt",
+                   help="comma list of sources: " + ", ".join(BUILTIN)
+                        + ", or JSONL files with a 'prompt' field")
     d.add_argument("--out", required=True, help="output JSONL (appended to; existing ids are skipped)")
     d.add_argument("--limit", type=int, default=None, help="at most this many prompts")
     d.add_argument("--max-new-tokens", type=int, default=256)
     d.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     d.add_argument("--batch-size", type=int, default=8)
     d.add_argument("--seed", type=int, default=0)
+# fmt: on
 
 
 def run(args) -> None:

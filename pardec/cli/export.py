@@ -7,23 +7,21 @@ import sys
 from ..errors import PardecError
 
 HELP = "copy a checkpoint without optimizer state, in bf16 (to ship or commit)"
+DESCRIPTION = (
+    "Export an adapter or drafter checkpoint without optimizer state, in "
+    "bf16. "
+    "--format dflash writes a drafter in the layout of the public DFlash "
+    "drafters."
+)
 
 
-def add_parser(sub) -> None:
-    e = sub.add_parser(
-        "export",
-        help=HELP,
-        description="Export an adapter or drafter checkpoint without optimizer state, in bf16. "
-        "--format dflash writes a drafter in the layout of the public DFlash drafters.",
-    )
+# fmt: off
+def add_arguments(e) -> None:
     e.add_argument("src")
     e.add_argument("dst")
-    e.add_argument(
-        "--format",
-        choices=("pardec", "dflash"),
-        default="pardec",
-        help="dflash: config.json + model.safetensors as z-lab's DFlash drafters (drafters only)",
-    )
+    e.add_argument("--format", choices=("pardec", "dflash"), default="pardec",
+                   help="dflash: config.json + model.safetensors as z-lab's DFlash drafters (drafters only)")
+# fmt: on
 
 
 def run(args) -> None:

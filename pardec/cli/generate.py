@@ -9,14 +9,11 @@ from ..errors import PardecError
 from . import common
 
 HELP = "generate text for a prompt or a JSONL file of prompts"
+DESCRIPTION = "Generate text, streaming it as tokens are committed, or as JSON lines."
 
 
-def add_parser(sub) -> None:
-    g = sub.add_parser(
-        "generate",
-        help=HELP,
-        description="Generate text, streaming it as tokens are committed, or as JSON lines.",
-    )
+# fmt: off
+def add_arguments(g) -> None:
     src = g.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="the user message")
     src.add_argument("--prompt-file", help="JSONL file, one object per line with a 'prompt' field")
@@ -24,18 +21,14 @@ def add_parser(sub) -> None:
     common.add_adapter_arg(g)
     common.add_drafter_arg(g)
     common.add_decode_args(g)
-    g.add_argument(
-        "--no-chat", action="store_true", help="feed the prompt as raw text, without the chat template"
-    )
-    g.add_argument(
-        "--json",
-        action="store_true",
-        help="print one JSON object per prompt (text, new_tokens, forwards, tokens_per_forward, "
-        "seconds, method)",
-    )
-    g.add_argument(
-        "--batch-size", type=int, default=1, help="prompts decoded together with --json (default 1)"
-    )
+    g.add_argument("--no-chat", action="store_true",
+                   help="feed the prompt as raw text, without the chat template")
+    g.add_argument("--json", action="store_true",
+                   help="print one JSON object per prompt (text, new_tokens, forwards, tokens_per_forward, "
+                        "seconds, method)")
+    g.add_argument("--batch-size", type=int, default=1,
+                   help="prompts decoded together with --json (default 1)")
+# fmt: on
 
 
 def run(args) -> None:

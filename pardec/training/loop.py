@@ -10,7 +10,7 @@ import torch
 
 from ..decoding import DecodeConfig
 from ..errors import PardecError
-from ..model import adapters, checkpoint
+from ..model import LoadedModel, adapters, checkpoint
 from . import trainer
 from .config import TrainConfig
 from .data import Example
@@ -50,21 +50,11 @@ class RetrofitJob:
     lr_floor = 0.1
     distributed = True
 
-    def __init__(
-        self,
-        model,
-        mask_id: int,
-        train: list[Example],
-        heldout: list[list[int]],
-        cfg: TrainConfig,
-        base_model: str,
-        base_sha256: str | None,
-        stop_ids,
-    ):
-        self.module, self.mask_id, self.cfg = model, mask_id, cfg
+    def __init__(self, lm: LoadedModel, train: list[Example], heldout: list[list[int]], cfg: TrainConfig):
+        model = lm.model
+        self.lm, self.module, self.mask_id, self.cfg = lm, model, lm.mask_id, cfg
         self.train = [ex for ex in train if ex.response_start < len(ex.ids)]  # something to predict
-        self.heldout, self.stop_ids = heldout, stop_ids
-        self.base_model, self.base_sha256 = base_model, base_sha256
+        self.heldout = heldout
         self.params = prepare(model, cfg)
         self.param_names = {id(p): n for n, p in trainable_state(model, cfg).items()}
         self.n_examples, self.n_slots = len(self.train), cfg.block_size
@@ -80,20 +70,20 @@ class RetrofitJob:
         config = DecodeConfig(
             method="spec", block_size=max(2, self.cfg.block_size), max_new_tokens=self.cfg.eval_max_new_tokens
         )
-        return heldout_tpf(self.module, self.heldout, config, self.mask_id, self.stop_ids)
+        return heldout_tpf(self.module, self.heldout, config, self.mask_id, self.lm.stop_ids)
 
     def save(self, out, step, history, moments):
         model, cfg = self.module, self.cfg
         tensors = dict(trainable_state(model, cfg)) | moments  # moments: for an exact resume
         lora = lora_config(cfg)
         settings = checkpoint.CheckpointSettings(
-            base_model=self.base_model,
+            base_model=self.lm.name,
             mask_token_id=self.mask_id,
             block_size=cfg.block_size,
             objective=cfg.objective,
             adapter=cfg.adapter,
             vocab_size=model.get_input_embeddings().weight.shape[0],
-            base_sha256=self.base_sha256,
+            base_sha256=self.lm.base_sha256,
             lora=None if lora is None else dataclasses.asdict(lora),  # targets: a JSON list
             training=dict(dataclasses.asdict(cfg), step=step),
         )
@@ -104,24 +94,20 @@ class RetrofitJob:
 
 
 def retrofit(
-    model,
-    mask_id: int,
+    lm: LoadedModel,
     train: list[Example],
     heldout: list[list[int]],
     cfg: TrainConfig,
     out: str | Path,
-    base_model: str,
-    base_sha256: str | None,
-    stop_ids=frozenset(),
     resume: str | Path | None = None,
     progress: bool = True,
 ) -> list[dict]:
-    """Train block prediction; write checkpoints to `out` every cfg.eval_every steps and at the end.
-    Returns the history. `cfg.init_from` warm-starts from another checkpoint's weights."""
-    job = RetrofitJob(model, mask_id, train, heldout, cfg, base_model, base_sha256, stop_ids)
+    """Train block prediction on a plain LoadedModel; write checkpoints to `out` every cfg.eval_every
+    steps and at the end. Returns the history. `cfg.init_from` warm-starts from another checkpoint."""
+    job = RetrofitJob(lm, train, heldout, cfg)
     if resume is None and cfg.init_from is not None:
-        _init_from(model, cfg, base_model, mask_id)
-    return trainer.train(job, cfg, out, resume, progress)
+        _init_from(lm.model, cfg, lm.name, lm.mask_id)
+    return trainer.train(job, out, resume, progress)
 
 
 def _init_from(model, cfg: TrainConfig, base_model: str, mask_id: int) -> None:

@@ -36,6 +36,14 @@ def _autocast(cfg: TrainConfig):
     return torch.autocast("cpu", dtype=torch.bfloat16) if cfg.bf16 else contextlib.nullcontext()
 
 
+def _forward(fwd, model, ids, allowed, pos, cfg: TrainConfig, mask_id: int, **kw) -> torch.Tensor:
+    """One forward of ids [1, Q] at positions pos [1, Q] under the attention rule `allowed` [1, Q, K],
+    gated where the input is [MASK] -> float logits [Q or fewer, V]."""
+    with gated(model, ids == mask_id), _autocast(cfg):
+        out = fwd(input_ids=ids, attention_mask=additive(allowed, model.dtype), position_ids=pos, **kw)
+    return out.logits[0].float()
+
+
 def sequence_loss(
     model, ids: list[int], response_start: int, blocks: Blocks, cfg: TrainConfig, mask_id: int, forward=None
 ) -> LossOut:
@@ -60,18 +68,9 @@ def sequence_loss(
             k_block=torch.cat([torch.full((1, T), CLEAN, device=device), b_block], 1),
             k_valid=torch.ones(1, T + N, dtype=torch.bool, device=device),
         )  # [1, N, T + N]
-        with gated(model, b_ids == mask_id), _autocast(cfg):
-            logits = (
-                fwd(
-                    input_ids=b_ids,
-                    attention_mask=additive(allowed, model.dtype),
-                    position_ids=b_pos,
-                    cache=cache,
-                    use_cache=True,
-                )
-                .logits[0]
-                .float()
-            )  # [N, V]
+        logits = _forward(
+            fwd, model, b_ids, allowed, b_pos, cfg, mask_id, cache=cache, use_cache=True
+        )  # [N, V]
     else:
         all_ids = torch.cat([clean, b_ids], 1)
         pos = torch.cat([clean_pos[None], b_pos], 1)
@@ -79,17 +78,9 @@ def sequence_loss(
         start = torch.cat([torch.zeros(1, T, dtype=torch.long, device=device), b_start], 1)
         allowed = block_attention(pos, blk, start, pos, blk, torch.ones_like(pos, dtype=torch.bool))
         keep = 0 if cfg.ntp_weight > 0 else N  # 0 = all positions (the clean ones too)
-        with gated(model, all_ids == mask_id), _autocast(cfg):
-            out = (
-                fwd(
-                    input_ids=all_ids,
-                    attention_mask=additive(allowed, model.dtype),
-                    position_ids=pos,
-                    logits_to_keep=keep,
-                )
-                .logits[0]
-                .float()
-            )
+        out = _forward(
+            fwd, model, all_ids, allowed, pos, cfg, mask_id, logits_to_keep=keep
+        )  # [T + N or N, V]
         logits = out[-N:]
         if cfg.ntp_weight > 0:
             ntp = F.cross_entropy(out[response_start - 1 : T - 1], clean[0, response_start:])

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import time
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from tqdm import tqdm
@@ -33,6 +33,7 @@ from .run_state import (
 
 class Job(Protocol):
     name: str  # for the progress bar and messages: "retrofit", "train drafter"
+    cfg: Any  # lr, weight_decay, warmup_steps, steps, grad_accum, seed, eval_every; and the job's own
     module: torch.nn.Module  # what trains (train() / eval() around the held-out check)
     params: list[torch.nn.Parameter]
     param_names: dict[int, str]  # id(param) -> name in the checkpoint (optimizer moments are keyed by it)
@@ -54,13 +55,12 @@ class Job(Protocol):
         """Copy a checkpoint's weights into the parameters: (its training settings, all its tensors)."""
 
 
-def train(
-    job: Job, cfg, out: str | Path, resume: str | Path | None = None, progress: bool = True
-) -> list[dict]:
-    """Run `job` for cfg.steps optimizer steps (cfg: lr, weight_decay, warmup_steps, steps, grad_accum,
-    seed, eval_every); checkpoints go to `out`. Returns the history, one record per step."""
+def train(job: Job, out: str | Path, resume: str | Path | None = None, progress: bool = True) -> list[dict]:
+    """Run `job` for job.cfg.steps optimizer steps; checkpoints go to `out`, and `resume` continues
+    from one exactly. Returns the history, one record per step."""
     from accelerate import Accelerator
 
+    cfg = job.cfg
     if job.n_examples < 1:
         raise PardecError("no training examples")
     device = next(job.module.parameters()).device

@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from ...decoding import DecodeConfig
 from ...errors import PardecError
+from ...model import LoadedModel
 from ...training import trainer
 from ...training.data import Example
 from ...training.run_state import heldout_tpf, write_checkpoint
@@ -202,7 +203,9 @@ def drafter_loss(
 
 
 class DrafterJob:
-    """A drafter over cached target features (training.trainer.Job); the target stays frozen."""
+    """Train a drafter for the target `lm` on its cached features (a training.trainer.Job: run it with
+    trainer.train); float32 weights under bf16 autocast, the target frozen, a held-out DFlash TPF
+    at every checkpoint."""
 
     name = "train drafter"
     lr_floor = 0.05
@@ -210,22 +213,19 @@ class DrafterJob:
 
     def __init__(
         self,
-        target,
+        lm: LoadedModel,
         drafter: Drafter,
         train: list[Example],
         features: list[torch.Tensor],
         heldout: list[list[int]],
         cfg: DrafterTrainConfig,
-        base_model: str,
-        base_sha256: str | None,
-        stop_ids,
     ):
-        self.target, self.module, self.cfg = target, drafter, cfg
+        target = lm.model
+        self.lm, self.target, self.module, self.cfg = lm, target, drafter, cfg
         self.keep = [i for i, ex in enumerate(train) if len(ex.ids) - 2 >= ex.response_start]
         if not self.keep:
             raise PardecError("no training examples with a response to predict")
-        self.train, self.features, self.heldout, self.stop_ids = train, features, heldout, stop_ids
-        self.base_model, self.base_sha256 = base_model, base_sha256
+        self.train, self.features, self.heldout = train, features, heldout
         for p in target.parameters():
             p.requires_grad_(False)
         self.params = list(drafter.parameters())
@@ -259,7 +259,7 @@ class DrafterJob:
             self.heldout,
             config,
             self.module.cfg.mask_token_id,
-            self.stop_ids,
+            self.lm.stop_ids,
             {"drafter": self.module},
         )
 
@@ -268,7 +268,7 @@ class DrafterJob:
         write_checkpoint(
             out,
             lambda folder: dcheckpoint.save(
-                folder, self.module, self.base_model, self.base_sha256, training=training, extra=moments
+                folder, self.module, self.lm.name, self.lm.base_sha256, training=training, extra=moments
             ),
             history,
             tpf_label="held-out dflash TPF",
@@ -289,36 +289,9 @@ class DrafterJob:
         return dcheckpoint.read_settings(path).get("training"), tensors
 
 
-def train_drafter(
-    target,
-    drafter: Drafter,
-    train: list[Example],
-    features: list[torch.Tensor],
-    heldout: list[list[int]],
-    cfg: DrafterTrainConfig,
-    out: str | Path,
-    base_model: str,
-    base_sha256: str | None,
-    stop_ids=frozenset(),
-    resume: str | Path | None = None,
-    progress: bool = True,
-) -> list[dict]:
-    """Train `drafter` (float32 weights, bf16 autocast) on cached target features; checkpoint to
-    `out` every cfg.eval_every steps with a held-out DFlash TPF. Returns the history."""
-    job = DrafterJob(target, drafter, train, features, heldout, cfg, base_model, base_sha256, stop_ids)
-    return trainer.train(job, cfg, out, resume, progress)
-
-
-def train_for(
-    lm,
-    train: list[Example],
-    heldout: list[list[int]],
-    cfg: DrafterTrainConfig,
-    out: str | Path,
-    features: str | Path | None = None,
-    resume: str | Path | None = None,
-    progress: bool = True,
-) -> list[dict]:
+def train_for(lm: LoadedModel, train: list[Example], heldout: list[list[int]], cfg: DrafterTrainConfig,
+              out: str | Path, features: str | Path | None = None, resume: str | Path | None = None,
+              progress: bool = True) -> list[dict]:  # fmt: skip
     """Everything `pardec train-drafter` does for a LoadedModel (its plain base): size the drafter
     for the target, cache the target's features (in `features`, default under the pardec cache),
     choose the draft vocabulary from the data, set the feature scale and initial weights (fresh runs),
@@ -361,17 +334,4 @@ def train_for(
         set_feature_scale(drafter, feats)
         if cfg.init != "random":
             init_from_target(drafter, model, layers=cfg.init == "target")
-    return train_drafter(
-        model,
-        drafter,
-        train,
-        feats,
-        heldout,
-        cfg,
-        out,
-        lm.name,
-        lm.base_sha256,
-        lm.stop_ids,
-        resume=resume,
-        progress=progress,
-    )
+    return trainer.train(DrafterJob(lm, drafter, train, feats, heldout, cfg), out, resume, progress)
