@@ -109,6 +109,32 @@ def test_several_tasks_load_interleaved_with_inclusive_ranges():
             load_tasks(bad)
 
 
+def test_a_jsonl_task_combines_with_other_tasks_even_with_commas_and_colons_in_its_path(tmp_path):
+    from pardec.tasks import load_tasks
+
+    folder = tmp_path / "a,b:c"
+    folder.mkdir()
+    mine = folder / "mine.jsonl"
+    mine.write_text("".join(json.dumps({"prompt": f"question {i}"}) + "\n" for i in range(4)))
+    items = load_tasks(f"humaneval:0-1,jsonl:{mine},mtbench:0-0")
+    assert [it.task for it in items] == [
+        "humaneval",
+        "jsonl",
+        "mtbench",
+        "humaneval",
+        "jsonl",
+        "jsonl",
+        "jsonl",
+    ]
+    assert [it.prompt for it in items if it.task == "jsonl"] == [f"question {i}" for i in range(4)]
+    ranged = load_tasks(f"jsonl:{mine}:1-2,gsm8k:0-0")
+    assert [it.prompt for it in ranged if it.task == "jsonl"] == ["question 1", "question 2"]
+    assert [it.id for it in load_tasks(f"jsonl:{mine}")] == ["0", "1", "2", "3"]
+    for bad in (f"jsonl:{mine},jsonl:{mine}", f"jsonl:{mine}:2-1", f"jsonl:{folder}/none.jsonl"):
+        with pytest.raises(PardecError):
+            load_tasks(bad)
+
+
 def test_bench_over_several_tasks_reports_each_task_and_all(tiny_dir, tmp_path):
     import dataclasses
 

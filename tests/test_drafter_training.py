@@ -2,6 +2,7 @@
 resume is exact, the DFlash-format export has the public layout."""
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -154,3 +155,32 @@ def test_exports(setup, tmp_path):
     (checkpoint.weights_file(tmp_path / "small", dcheckpoint.KIND)).write_bytes(b"garbage")
     with pytest.raises(PardecError, match="corrupt drafter weights"):
         dcheckpoint.load(tmp_path / "small", model, "tiny", mask_id)
+
+
+def test_one_checkpoint_format_reads_version_1_folders_and_refuses_the_wrong_kind(setup, tmp_path):
+    model, mask_id, _, _, features, dcfg, _ = setup
+    drafter = new_drafter(dcfg)
+    set_feature_scale(drafter, features)
+    train(setup, drafter, cfg(steps=1, eval_every=1), tmp_path / "ck")
+    header = json.loads((tmp_path / "ck" / "pardec.json").read_text())
+    assert header["format"] == checkpoint.FORMAT and header["kind"] == "drafter"
+    # Version 1 drafters: drafter.json (its own format string) beside drafter.safetensors.
+    old = tmp_path / "v1"
+    old.mkdir()
+    v1 = {k: v for k, v in header.items() if k not in ("format", "kind")} | {
+        "format": "pardec-dflash-drafter/1"
+    }
+    (old / "drafter.json").write_text(json.dumps(v1))
+    shutil.copyfile(checkpoint.weights_file(tmp_path / "ck", "drafter"), old / "drafter.safetensors")
+    loaded = dcheckpoint.load(old, model, "tiny", mask_id)
+    assert torch.equal(loaded.fc.weight, drafter.fc.weight.to(loaded.fc.weight.dtype))
+    # The bundled adapter is a version 1 adapter (pardec.json without a format): still an adapter.
+    bundled = checkpoint.read_header(checkpoint.BUNDLED / "qwen2.5-coder-0.5b")
+    assert bundled["format"] == 1 and bundled["kind"] == "adapter"
+    with pytest.raises(PardecError, match="checkpoint of kind adapter is needed"):
+        checkpoint.read_settings(tmp_path / "ck")  # a drafter given as --adapter
+    with pytest.raises(PardecError, match="checkpoint of kind drafter is needed"):
+        dcheckpoint.load(checkpoint.BUNDLED / "qwen2.5-coder-0.5b", model, "tiny", mask_id)
+    (tmp_path / "ck" / "pardec.json").write_text(json.dumps(header | {"format": 99}))
+    with pytest.raises(PardecError, match="format 99"):
+        checkpoint.read_header(tmp_path / "ck")

@@ -5,20 +5,18 @@ and exit 2."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 
 from ..errors import PardecError
-from . import bench, distill, export, generate, models, retrofit, train_drafter
+from . import bench, distill, export, generate, models, retrofit
 
-COMMANDS = {
-    "generate": generate,
-    "bench": bench,
-    "distill": distill,
-    "retrofit": retrofit,
-    "train-drafter": train_drafter,
-    "export": export,
-    "models": models,
-}
+COMMANDS = {"generate": generate, "bench": bench, "distill": distill, "retrofit": retrofit, "export": export,
+            "models": models}  # fmt: skip
+if importlib.util.find_spec("pardec.methods.dflash") is not None:  # a method plug-in, with its trainer
+    from . import train_drafter
+
+    COMMANDS["train-drafter"] = train_drafter
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 
 from ..errors import PardecError
@@ -28,6 +29,8 @@ def run(args) -> None:
     from ..model import checkpoint
 
     if args.format == "dflash":
+        if importlib.util.find_spec("pardec.methods.dflash") is None:
+            raise PardecError("the dflash method is not part of this installation")
         from ..methods.dflash.checkpoint import KIND, export_dflash
 
         if checkpoint.read_header(args.src)["kind"] != KIND:
