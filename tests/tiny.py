@@ -36,3 +36,29 @@ def tiny_model(kind: str = "llama", seed: int = 0, vocab: int = VOCAB):
     model.resize_token_embeddings(vocab + 1, mean_resizing=False)
     model.config.mask_token_id = mask_id  # where surgery records it
     return model, mask_id
+
+
+def counting_model(vocab: int = 32):
+    """A tiny base model that has learned to count mod vocab (plain AR training, a few seconds), so
+    that its own greedy outputs, the self-distilled data, follow a pattern blocks can learn."""
+    model, mask_id = tiny_model("llama", vocab=vocab)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.mul_(0.1)
+    opt = torch.optim.Adam(model.parameters(), lr=2e-2)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(80):
+        ids = (torch.randint(0, vocab, (16, 1), generator=g) + torch.arange(24)) % vocab
+        logits = model(ids).logits[:, :-1, :vocab]
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), ids[:, 1:].reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    prompts = [
+        ((torch.randint(0, vocab, (1,), generator=g) + torch.arange(5)) % vocab).tolist() for _ in range(40)
+    ]
+    return model, mask_id, prompts

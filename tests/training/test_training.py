@@ -3,7 +3,7 @@ is exact."""
 
 import pytest
 import torch
-from tiny import tiny_model
+from tiny import counting_model, tiny_model
 
 from pardec.core.cache import BlockCache
 from pardec.core.step import Block, block_step
@@ -73,32 +73,6 @@ def train_cfg(**kw):
                 bf16=False, eval_every=30, eval_max_new_tokens=24)  # fmt: skip
     base.update(kw)
     return TrainConfig(**base)
-
-
-def counting_model():
-    """A tiny base model that has learned to count mod VOCAB (plain AR training, a few seconds), so
-    that its own greedy outputs, the self-distilled data, follow a pattern blocks can learn."""
-    model, mask_id = tiny_model("llama", vocab=VOCAB)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.mul_(0.1)
-    opt = torch.optim.Adam(model.parameters(), lr=2e-2)
-    g = torch.Generator().manual_seed(0)
-    for _ in range(80):
-        ids = (torch.randint(0, VOCAB, (16, 1), generator=g) + torch.arange(24)) % VOCAB
-        logits = model(ids).logits[:, :-1, :VOCAB]
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), ids[:, 1:].reshape(-1))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    model.eval()
-    for p in model.parameters():
-        p.requires_grad_(False)
-    prompts = [
-        ((torch.randint(0, VOCAB, (1,), generator=g) + torch.arange(5)) % VOCAB).tolist() for _ in range(40)
-    ]
-    return model, mask_id, prompts
 
 
 def test_training_on_self_distilled_data_raises_spec_tpf(tmp_path):

@@ -4,7 +4,7 @@ import sys
 
 import torch
 
-sys.path.insert(0, __file__.rsplit("/", 1)[0])
+sys.path.insert(0, __file__.rsplit("/", 2)[0])  # tests/, for tiny.py
 from tiny import tiny_model  # noqa: E402
 
 from pardec.model import LoadedModel  # noqa: E402

@@ -7,7 +7,7 @@ import shutil
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from test_training import counting_model
+from tiny import counting_model
 
 from pardec.decoding import DecodeConfig, decode
 from pardec.errors import PardecError
