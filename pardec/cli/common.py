@@ -93,7 +93,8 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     from ..decoding import METHODS, DecodeConfig
 
     d = DecodeConfig()
-    listed = "; ".join(f"{m.name} = {m.summary}" for m in METHODS.values())
+    listed = "; ".join(f"{m.name} = {m.summary}, {'lossless' if m.lossless else 'lossy'}"
+                       for m in METHODS.values())
     p.add_argument("--method", default=d.method, help=f"{listed} (default {d.method})")
     p.add_argument("--block-size", type=int, default=None,
                    help=f"D, slots per forward (default: the block size the adapter was trained with, else "

@@ -59,4 +59,12 @@ class Speculative(Verifier):
         return Update(commit=commit, keep_drafts=n)
 
 
-register(Method("spec", Speculative, "lossless self-speculation", lossless=True, min_block_size=2))
+register(
+    Method(
+        "spec",
+        Speculative,
+        "self-speculation: one forward drafts and verifies",
+        lossless=True,
+        min_block_size=2,
+    )
+)

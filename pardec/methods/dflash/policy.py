@@ -86,7 +86,7 @@ register(
     Method(
         "dflash",
         DFlash,
-        "lossless, drafts from a DFlash drafter",
+        "drafts from a DFlash drafter, verified",
         lossless=True,
         min_block_size=2,
         prepare=prepare,
