@@ -38,7 +38,8 @@ def parse_methods(text: str, base: DecodeConfig) -> list[MethodSpec]:
     its own, to compare adapters against the same `ar` in one run."""
     specs = []
     fields = {f.name: f.type for f in dataclasses.fields(DecodeConfig)}
-    ints = {name for name, kind in fields.items() if str(kind).startswith("int")}  # the rest are floats
+    ints = {name for name, kind in fields.items() if str(kind).startswith("int")}
+    bools = {name for name, kind in fields.items() if str(kind) == "bool"}  # the rest are floats
     names = (*METHODS, HF)
     for label in [t.strip() for t in text.split(",") if t.strip()]:
         name, *settings = label.split("@")
@@ -48,8 +49,8 @@ def parse_methods(text: str, base: DecodeConfig) -> list[MethodSpec]:
         for s in settings:
             if s.startswith("adapter="):
                 adapter = s.partition("=")[2]
-                if not adapter or name == HF or METHODS[name].prepare is not None:
-                    own = ", ".join(m for m, v in METHODS.items() if v.prepare is None)
+                if not adapter or name == HF or METHODS[name].own_model:
+                    own = ", ".join(m for m, v in METHODS.items() if not v.own_model)
                     raise PardecError(f"bad setting '{s}' in '{label}': adapter=PATH applies to {own}")
                 continue
             key, _, value = s.rpartition("=")
@@ -57,7 +58,11 @@ def parse_methods(text: str, base: DecodeConfig) -> list[MethodSpec]:
             if key is None or key not in fields or key in ("method", "stop"):
                 raise PardecError(f"bad setting '{s}' in '{label}'")
             try:
-                kw[key] = int(value) if key in ints else float(value)
+                if key in bools and value not in ("0", "1", "true", "false"):
+                    raise ValueError(value)
+                kw[key] = (
+                    value in ("1", "true") if key in bools else int(value) if key in ints else float(value)
+                )
             except ValueError:
                 raise PardecError(f"bad value '{value}' in '{label}'") from None
         method = "ar" if name == HF else name
@@ -79,6 +84,7 @@ class Decoded:
     forwards: int
     steps: list[int]  # tokens committed by each forward
     seconds: float
+    fed: list[int] | None = None  # tokens fed by each forward (pending + slots); None: not known (hf)
 
 
 class Runner(Protocol):
@@ -102,7 +108,7 @@ class DecodeRunner:
             else dataclasses.replace(self.config, max_new_tokens=max_new_tokens)
         )
         r = decode(self.lm.model, [ids], config, self.lm.mask_id, self.lm.stop_ids, extras=self.extras)[0]
-        return Decoded(r.tokens, r.forwards, r.accepted_per_step, r.seconds)
+        return Decoded(r.tokens, r.forwards, r.accepted_per_step, r.seconds, r.fed_per_step)
 
 
 @dataclass(frozen=True)

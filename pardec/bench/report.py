@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from .. import tasks
+from ..core.cost import StepCost, machine
 from .methods import MethodSpec
 from .run import BenchResult, RunRecord
 
@@ -42,9 +43,16 @@ def summarize(
                 score=statistics.mean(scores) if scores else None,
                 nll=statistics.mean(nlls) if nlls else None,
                 accepted_hist=_hist([n for r in runs for n in r.steps]),
+                fed_per_forward=_fed_per_forward(runs),
             )
         )
     return records
+
+
+def _fed_per_forward(runs: list[RunRecord]) -> float | None:
+    """Mean tokens fed per forward after the prompt's (pending + slots); None where not recorded."""
+    fed = [n for r in runs if r.fed for n in r.fed[1:]]
+    return sum(fed) / len(fed) if fed else None
 
 
 def _hist(values: list[int]) -> dict[str, int]:
@@ -72,14 +80,15 @@ def markdown_table(result: BenchResult) -> str:
 def _table(records: list[dict], task: str) -> str:
     score_name = tasks.score_name(task)
     lines = [
-        f"| method | TPF | tokens/s | speedup vs ar | identical to ar | {score_name} | NLL |",
-        "|---|---|---|---|---|---|---|",
+        f"| method | TPF | fed/forward | tokens/s | speedup vs ar | identical to ar | {score_name} | NLL |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in records:
         score = "-" if r["score"] is None else f"{r['score']:.3f}"
         nll = "-" if r["nll"] is None else f"{r['nll']:.3f}"
+        fed = "-" if r.get("fed_per_forward") is None else f"{r['fed_per_forward']:.1f}"
         lines.append(
-            f"| {r['method']} | {r['tokens_per_forward']:.2f} | {r['tokens_per_second']:.2f} | "
+            f"| {r['method']} | {r['tokens_per_forward']:.2f} | {fed} | {r['tokens_per_second']:.2f} | "
             f"{r['speedup_vs_ar']:.2f}x | {r['identical_to_ar']:.2f} | {score} | {nll} |"
         )
     return "\n".join(lines) + "\n"
@@ -126,10 +135,42 @@ def plot(result: BenchResult, out: Path) -> list[Path]:
     return paths
 
 
-def write(result: BenchResult, out: Path, command: str, adapter: str | None = None) -> None:
-    """`adapter`: the checkpoint the run's model carries (methods without an adapter of their own)."""
+def plot_cost(cost: StepCost, path: Path) -> None:
+    """A step's time against the pending tokens fed, without and with a block, as multiples of an AR step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for c in cost.contexts:
+        for block, style in ((False, "-"), (True, "--")):
+            label = f"context {c}" + (f", + {cost.block_size} block slots" if block else "")
+            ax.plot(
+                cost.pending,
+                [cost.relative(n, c, block) for n in cost.pending],
+                style,
+                marker="o",
+                label=label,
+            )
+    ax.set_xlabel("pending tokens fed")
+    ax.set_ylabel("step time / AR step time")
+    ax.set_title(cost.key.get("cpu", "step cost"), fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def write(result: BenchResult, out: Path, command: str, adapter: str | None = None,
+          cost: StepCost | None = None) -> None:  # fmt: skip
+    """`adapter`: the checkpoint the run's model carries (methods without an adapter of their own);
+    `cost`: the machine's step cost for the run's model, recorded with the results and plotted."""
     out.mkdir(parents=True, exist_ok=True)
-    meta = dict(command=command, adapter=adapter, torch=torch.__version__, threads=torch.get_num_threads())
+    meta = dict(command=command, adapter=adapter, torch=torch.__version__, threads=torch.get_num_threads(),
+                machine=machine(), step_cost=None if cost is None else cost.to_json())  # fmt: skip
+    if cost is not None:
+        plot_cost(cost, out / "step_cost.png")
     (out / "results.json").write_text(
         json.dumps(
             dict(meta=meta, task=result.task, records=result.records, by_task=result.by_task), indent=2

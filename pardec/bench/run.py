@@ -31,6 +31,7 @@ class RunRecord:
     steps: list[int]  # tokens committed by each forward
     seconds: float
     text: str
+    fed: list[int] | None = None  # tokens fed by each forward; None where unknown (hf)
     score: float | None = None  # the task's score of the text; None where the task has none
     nll: float | None = None  # mean NLL of the tokens under the base model
 
@@ -99,7 +100,7 @@ def run_bench(
             if rec is None:
                 d = r.run(ids)
                 text = r.lm.tokenizer.decode(d.tokens, skip_special_tokens=True)
-                rec = RunRecord(item.id, item.task, d.tokens, d.forwards, d.steps, d.seconds, text)
+                rec = RunRecord(item.id, item.task, d.tokens, d.forwards, d.steps, d.seconds, text, d.fed)
                 if log is not None:
                     with open(log, "a") as f:
                         f.write(rec.log_line(label))

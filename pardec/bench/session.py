@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from ..core import cost as step_cost
 from ..decoding import DecodeConfig
 from ..errors import PardecError
 from ..model import checkpoint, load_model
@@ -57,6 +58,8 @@ def bench(opts: BenchOptions) -> BenchResult:
     # there the adapted model already is the base model.
     kinds = {m.adapter_settings.adapter for m in [lm, *own.values()] if m.adapter_settings is not None}
     nll_model = lm.model if kinds <= {"gated-lora"} else load_model(opts.model, opts.dtype, "none").model
+    # What a step costs here, for the record (measured once per model and machine, then cached).
+    cost = step_cost.for_model(lm, lm.trained_block_size or base.block_size)
     out.mkdir(parents=True, exist_ok=True)
     if not opts.resume:
         progress.unlink(missing_ok=True)
@@ -64,6 +67,6 @@ def bench(opts: BenchOptions) -> BenchResult:
     result = run_bench(
         runners, items, opts.task, nll_model, chat=opts.chat, progress=opts.progress, log=progress, done=done
     )
-    write(result, out, opts.command, None if lm.adapter is None else str(lm.adapter))
+    write(result, out, opts.command, None if lm.adapter is None else str(lm.adapter), cost)
     progress.unlink()  # samples.jsonl now holds every run
     return result

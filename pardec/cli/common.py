@@ -123,6 +123,10 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
                         "slots "
                         f"become the next drafts (default {d.block_reach}; 0: after all drafts; ignored with "
                         "--block-at)")
+    p.add_argument("--adaptive", action="store_true",
+                   help="spec: choose each step how many drafts to feed, or a plain AR step, by what a "
+                        "step costs on this machine (measured once, cached) and how likely the drafts are; "
+                        "lossless")
     p.add_argument("--gamma", type=float, default=d.gamma,
                    help=f"eb: entropy budget in nats per forward (default {d.gamma})")
     p.add_argument("--temperature", type=float, default=d.temperature, help="0 = greedy (default)")
@@ -147,6 +151,7 @@ def decode_config(args):
         block_at=args.block_at,
         draft_cutoff=args.draft_cutoff,
         block_reach=args.block_reach,
+        adaptive=args.adaptive,
         temperature=args.temperature,
         top_p=args.top_p,
         seed=args.seed,

@@ -22,6 +22,9 @@ class DecodeConfig:
     block_at: int | None = None
     block_reach: float = 0.7
     draft_cutoff: float = 0.0  # spec, dflash: feed drafts while their confidences' product stays >= this
+    # spec: choose per step how many drafts to feed, or a plain AR step, by the measured step cost and
+    # the drafts' calibrated acceptance (schedule.py)
+    adaptive: bool = False
     temperature: float = 0.0  # 0 = greedy
     top_p: float = 1.0
     seed: int | None = None
@@ -46,6 +49,8 @@ class DecodeConfig:
             raise PardecError(f"block_at must be an integer >= 0 (or unset), got {self.block_at}")
         if not 0.0 <= self.draft_cutoff <= 1.0:
             raise PardecError(f"draft cutoff must lie in [0, 1], got {self.draft_cutoff}")
+        if not isinstance(self.adaptive, bool):
+            raise PardecError(f"adaptive must be true or false, got {self.adaptive!r}")
         if not 0.0 <= self.block_reach <= 1.0:
             raise PardecError(f"block reach must lie in [0, 1], got {self.block_reach}")
         if self.confidence not in ("prob", "entropy"):

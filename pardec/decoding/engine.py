@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from ..core.cache import BlockCache
-from ..core.step import block_step
+from ..core.step import Block, block_step
 from ..errors import PardecError
 from .config import DecodeConfig
 from .policy import METHODS
@@ -27,6 +27,7 @@ class GenerationResult:
     tokens: list[int]  # generated token ids (an end-of-turn token that stopped it included)
     forwards: int  # target forward passes that produced them (the prompt's forward included)
     accepted_per_step: list[int]  # tokens committed by each forward
+    fed_per_step: list[int]  # tokens each forward fed for this row: pending (the prompt, first) + slots
     seconds: float
     finish: str  # "stop" (end-of-turn token or stop string) or "length"
 
@@ -90,17 +91,10 @@ def decode(
     while rows:
         drafts = [policy.drafts(r) for r in rows]
         pending = [r.committed[n:] + d for r, n, d in zip(rows, cache.n_cached, drafts)]
-        blocks = [policy.blocks(r) for r in rows]
-        has_blocks = blocks[0] is not None
-        out = block_step(
-            model,
-            cache,
-            pending,
-            blocks if has_blocks else None,
-            policy.n_ntp(drafts),
-            mask_id,
-            hidden_states=policy.hidden_states,
-        )
+        wanted = [policy.blocks(r) for r in rows]
+        blocks = _same_shape(wanted, mask_id)
+        out = block_step(model, cache, pending, blocks, policy.n_ntp(drafts), mask_id,
+                         hidden_states=policy.hidden_states)  # fmt: skip
         keep = torch.zeros_like(out.pending_valid)  # [B, P]
         P = keep.shape[1]
         finished = []
@@ -114,12 +108,14 @@ def decode(
             new = _truncate(r, upd.commit, stop_ids, on_commit)
             r.committed.extend(new)
             r.accepted.append(len(new))
+            r.fed.append(len(pending[b]) + sum(len(blk.slots) for blk in wanted[b] or ()))
             if r.finish is not None:
                 r.seconds = time.perf_counter() - t0
                 results[r.index] = GenerationResult(
                     tokens=r.new_tokens,
                     forwards=r.forwards,
                     accepted_per_step=r.accepted,
+                    fed_per_step=r.fed,
                     seconds=r.seconds,
                     finish=r.finish,
                 )
@@ -133,6 +129,16 @@ def decode(
         if rows:
             policy.after_step(rows, out, keep, alive)
     return [results[i] for i in range(len(prompts))]
+
+
+def _same_shape(blocks: list[list[Block] | None], mask_id: int) -> list[list[Block]] | None:
+    """Every row feeds the same blocks' shape: a row that wants none (a plain AR step while others
+    feed blocks) gets masked blocks of that shape, whose logits its policy never reads."""
+    shape = next((b for b in blocks if b is not None), None)
+    if shape is None:
+        return None
+    filler = [Block(0, [mask_id] * len(b.slots)) for b in shape]
+    return [filler if b is None else b for b in blocks]
 
 
 def _truncate(row: Row, tokens: list[int], stop_ids, on_commit) -> list[int]:

@@ -68,6 +68,7 @@ class Method:
     summary: str  # one line for --help
     lossless: bool  # output exactly the model's (greedy) or equal in distribution (sampling)
     min_block_size: int = 1
+    own_model: bool = False  # drafts with a model of its own (a drafter), not the adapted model
     # Loads what the method needs beyond the model and settles its defaults:
     # (loaded model, config, whether the user set the block size, options) -> (config, extras).
     prepare: Callable[..., tuple[Any, dict]] | None = None

@@ -9,19 +9,51 @@ most and nearest drafts if all are accepted, none after any rejection. By defaul
 the block sits after the drafts likely to be accepted: those whose confidences' product stays >=
 block_reach. `block_at` fixes L instead. More `draft_blocks` also sit after 0, 1, ... drafts, as
 fallbacks for shorter acceptances. Greedy: token for token the model's; sampling: rejection sampling.
+
+With `adaptive`, how many drafts each step feeds, and whether it is a plain AR step instead, follows
+the measured cost of a step on this machine and the drafts' calibrated acceptance (schedule.py).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
+from ..core import cost as step_cost
 from ..core.step import Block
+from . import schedule
 from .policy import Method, register
 from .state import Row, Update
-from .verifier import Verifier
+from .verifier import Drafts, Verifier
+
+MAX_BACKOFF = 32  # most plain AR steps between two probes
+
+
+@dataclass
+class ScheduledDrafts(Drafts):
+    plan: schedule.Plan = field(default_factory=schedule.Plan)
 
 
 class Speculative(Verifier):
+    def __init__(self, config, mask_id, generator, model=None, extras=None):
+        super().__init__(config, mask_id, generator)
+        self.cost = None  # a StepCost when adaptive
+        if config.adaptive:
+            self.cost = (extras or {}).get("cost") or step_cost.measure(
+                model, mask_id, config.block_size, rounds=1
+            )
+
+    def new_state(self):
+        return Drafts() if self.cost is None else ScheduledDrafts()
+
     def wants_reach(self):
-        return self.cfg.block_at is None and self.cfg.block_reach > 0
+        return self.cost is not None or (self.cfg.block_at is None and self.cfg.block_reach > 0)
+
+    def drafts(self, row):
+        if self.cost is not None:
+            st: ScheduledDrafts = row.state
+            schedule.plan_step(st.plan, st.reach, len(st.tokens), len(row.committed), self.cost, MAX_BACKOFF)
+            st.keep(st.plan.fed)  # the rest are unlikely enough not to pay for their place
+        return super().drafts(row)
 
     def block_lengths(self, row: Row) -> list[int]:
         """Numbers of drafts to feed a block after: the first block's, then 0, 1, ...; repeated to the
@@ -38,12 +70,20 @@ class Speculative(Verifier):
         return ns + [first] * (self.cfg.draft_blocks - len(ns))
 
     def blocks(self, row):
+        if self.cost is not None and not row.state.plan.block:
+            return None  # a plain AR step
         m = len(row.state.tokens)
         masks = [self.mask_id] * self.cfg.block_size
         return [Block(m - n, masks) for n in self.block_lengths(row)]
 
     def update(self, row, ntp, block):
+        reach, fed = row.state.reach, len(row.state.tokens)
         n, commit = self.verify(row, ntp)
+        if self.cost is not None:
+            schedule.record(row.state.plan, reach, fed, n)
+            if not row.state.plan.block:  # an AR step: no block, so no drafts for the next one
+                row.state.clear()
+                return Update(commit=commit, keep_drafts=n)
         lengths = self.block_lengths(row)
         L = max((x for x in lengths if x <= n), default=None)
         D = self.cfg.block_size
@@ -59,6 +99,13 @@ class Speculative(Verifier):
         return Update(commit=commit, keep_drafts=n)
 
 
+def prepare(lm, config, sets_block_size: bool, options: dict):
+    """With `adaptive`: this machine's step cost for the model, measured once and cached."""
+    if not config.adaptive:
+        return config, {}
+    return config, {"cost": step_cost.for_model(lm, config.block_size)}
+
+
 register(
     Method(
         "spec",
@@ -66,5 +113,6 @@ register(
         "self-speculation: one forward drafts and verifies",
         lossless=True,
         min_block_size=2,
+        prepare=prepare,
     )
 )

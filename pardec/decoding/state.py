@@ -15,6 +15,7 @@ class Row:
     state: Any = None  # the method's own state for this row (Policy.new_state)
     forwards: int = 0
     accepted: list[int] = field(default_factory=list)  # tokens committed by each forward
+    fed: list[int] = field(default_factory=list)  # tokens each forward fed for this row
     seconds: float = 0.0
     finish: str | None = None  # "stop", "length"
 

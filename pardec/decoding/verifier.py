@@ -25,6 +25,12 @@ class Drafts:
         """No drafts for the next forward; their distributions and confidences go with them."""
         self.tokens, self.probs, self.reach = [], None, None
 
+    def keep(self, k: int) -> None:
+        """Only the first k drafts."""
+        self.tokens = self.tokens[:k]
+        self.probs = None if self.probs is None else self.probs[:k]
+        self.reach = None if self.reach is None else self.reach[:k]
+
 
 class Verifier(Policy):
     def new_state(self):

@@ -89,6 +89,7 @@ register(
         "drafts from a DFlash drafter, verified",
         lossless=True,
         min_block_size=2,
+        own_model=True,
         prepare=prepare,
     )
 )

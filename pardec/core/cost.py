@@ -1,0 +1,154 @@
+"""What a step costs on this machine: the time of one `block_step` by the number of tokens fed, with
+and without a block of [MASK] slots, at a few context lengths. Measured in seconds at start-up for the
+loaded model and dtype, and cached by model, adapter, dtype, device, CPU and threads.
+
+The speedup of parallel decoding rides on this curve: where a 16-token forward costs about what a
+1-token one does (AMX CPUs, GPUs), feeding many drafts pays; where it costs 1.5-1.8x (AVX-512 CPUs
+without AMX), only likely drafts do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import statistics
+import time
+from bisect import bisect_left
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from .cache import BlockCache
+from .step import Block, block_step
+
+PENDING = (1, 2, 4, 8, 16, 32)  # pending tokens measured, with no block and with one block
+CONTEXTS = (128, 512)  # committed tokens in the cache
+
+
+def machine() -> dict:
+    """The CPU model, its matrix-multiply features (AMX, AVX-512 bf16), threads, torch and device."""
+    flags, model = set(), platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "flags" and not flags:
+                flags = set(value.split())
+            elif key.strip() == "model name":
+                model = value.strip()
+    except OSError:
+        pass
+    return dict(cpu=model, amx="amx_tile" in flags, avx512_bf16="avx512_bf16" in flags,
+                threads=torch.get_num_threads(), torch=torch.__version__,
+                cuda=torch.cuda.get_device_name() if torch.cuda.is_available() else None)  # fmt: skip
+
+
+def _interp(xs: tuple[int, ...], ys: tuple[float, ...], x: float) -> float:
+    """Piecewise-linear through (xs, ys), extended linearly beyond the ends."""
+    i = min(max(bisect_left(xs, x), 1), len(xs) - 1)
+    x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """Median seconds of one block_step at contexts[c] committed tokens: plain[c][i] feeding
+    pending[i] tokens, block[c][i] feeding pending[i] tokens and a block of `block_size` [MASK] slots
+    (gated adapters on)."""
+
+    pending: tuple[int, ...]
+    contexts: tuple[int, ...]
+    block_size: int
+    plain: tuple[tuple[float, ...], ...]
+    block: tuple[tuple[float, ...], ...]
+    key: dict  # what it was measured for (model, adapter, dtype and the machine)
+
+    def seconds(self, pending: int, context: int, block: bool = False) -> float:
+        """Time of a step feeding `pending` tokens (and a block, or not) after `context` committed tokens."""
+        rows = self.block if block else self.plain
+        per_context = tuple(_interp(self.pending, row, pending) for row in rows)
+        if len(self.contexts) == 1:
+            return max(per_context[0], 1e-6)
+        return max(_interp(self.contexts, per_context, context), 1e-6)
+
+    def relative(self, pending: int, context: int, block: bool = False) -> float:
+        """seconds(...) / the seconds of an AR step (1 pending token, no block) at the same context."""
+        return self.seconds(pending, context, block) / self.seconds(1, context)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> StepCost:
+        return cls(tuple(d["pending"]), tuple(d["contexts"]), d["block_size"],
+                   tuple(map(tuple, d["plain"])), tuple(map(tuple, d["block"])), d["key"])  # fmt: skip
+
+
+@torch.no_grad()
+def measure(model, mask_id: int, block_size: int, pending: tuple[int, ...] = PENDING,
+            contexts: tuple[int, ...] = CONTEXTS, rounds: int = 3,
+            key: dict | None = None) -> StepCost:  # fmt: skip
+    """Time every shape `rounds` times, interleaved, after one warm-up round; medians."""
+    limit = getattr(model.config, "max_position_embeddings", None) or 1 << 30
+    room = max(pending) + block_size + 1
+    contexts = tuple(c for c in contexts if c + room < limit) or (max(1, (limit - room) // 2),)
+    g = torch.Generator().manual_seed(0)
+    vocab = min(mask_id, 1000)
+    shapes = [(n, blk) for n in pending for blk in (False, True)]
+    times: dict[tuple[int, int, bool], list[float]] = {(c, n, blk): [] for c in contexts for n, blk in shapes}
+    for c in contexts:
+        cache = BlockCache.empty(1, model.config, model.device)
+        out = block_step(
+            model, cache, [torch.randint(0, vocab, (c,), generator=g).tolist()], None, 1, mask_id
+        )
+        cache.commit(out.fed_pos, torch.ones_like(out.pending_valid), 0)
+        for r in range(rounds + 1):
+            for n, blk in shapes:
+                ids = torch.randint(0, vocab, (n,), generator=g).tolist()
+                blocks = [[Block(0, [mask_id] * block_size)]] if blk else None
+                t0 = time.perf_counter()
+                out = block_step(model, cache, [ids], blocks, n, mask_id)
+                dt = time.perf_counter() - t0
+                # Nothing is kept: the cache returns to the same committed text for the next shape.
+                cache.commit(out.fed_pos, torch.zeros_like(out.pending_valid), out.block_logits.shape[1])
+                if r:  # round 0 warms up
+                    times[(c, n, blk)].append(dt)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    plain = tuple(tuple(med[(c, n, False)] for n in pending) for c in contexts)
+    block = tuple(tuple(med[(c, n, True)] for n in pending) for c in contexts)
+    return StepCost(tuple(pending), contexts, block_size, plain, block, key or {})
+
+
+def cache_path(root: Path, key: dict) -> Path:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return root / "costs" / f"{digest}.json"
+
+
+def load_or_measure(model, mask_id: int, block_size: int, key: dict, root: Path, refresh: bool = False,
+                    **kw) -> StepCost:  # fmt: skip
+    """The cached StepCost for `key` (plus this machine), else measured now and cached."""
+    key = dict(key, block_size=block_size, **machine())
+    path = cache_path(root, key)
+    if path.is_file() and not refresh:
+        try:
+            return StepCost.from_json(json.loads(path.read_text()))
+        except (json.JSONDecodeError, KeyError, TypeError):
+            pass  # a corrupt cache entry is measured again
+    cost = measure(model, mask_id, block_size, key=key, **kw)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(cost.to_json(), indent=1) + "\n")
+    tmp.replace(path)
+    return cost
+
+
+def for_model(lm, block_size: int, refresh: bool = False) -> StepCost:
+    """The step cost of a LoadedModel (as loaded: its adapter, dtype and device) on this machine,
+    cached under the pardec cache folder."""
+    from ..model.loading import cache_dir
+
+    model = lm.model
+    key = dict(model=lm.name, adapter=str(lm.adapter), dtype=str(model.dtype), device=str(model.device))
+    return load_or_measure(model, lm.mask_id, block_size, key, cache_dir(), refresh)

@@ -1,0 +1,74 @@
+"""How much a verified step feeds, chosen by what the machine charges and how likely the drafts are.
+
+Each step, with drafts whose acceptance probabilities are p_1 >= p_2 >= ... (the product of the draft
+confidences up to each, scaled by an online calibration of predicted against observed acceptance),
+feeding the first k drafts and a block commits 1 + p_1 + ... + p_k tokens in expectation and costs
+StepCost.seconds(1 + k, context, block=True). The schedule feeds the k with the most tokens per
+second. When even the best k is slower than a plain AR step (1 token for StepCost.seconds(1, context))
+twice in a row, the row decodes plain AR steps for a while (1, 2, 4, ... up to `max_backoff` steps,
+doubling while the drafts stay poor), then probes with one block step to get fresh drafts. A step
+without drafts (a probe, or after a rejection the block did not cover) counts as a slow one.
+
+Which drafts are fed depends only on the drafts themselves, never on the target's verdict, so the
+output stays exactly the model's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..core.cost import StepCost
+
+PRIOR = 2.0  # pseudo-drafts of the calibration's prior (predicted = observed)
+
+
+@dataclass
+class Plan:
+    """A row's schedule state."""
+
+    ar_left: int = 0  # plain AR steps still to decode before the next probe
+    backoff: int = 1  # AR steps after the next fall-back
+    low: int = 0  # consecutive steps whose best expected rate fell below AR's
+    predicted: float = 0.0  # sum over verified steps of the expected accepted drafts (uncalibrated)
+    observed: float = 0.0  # sum of the drafts actually accepted in those steps
+    fed: int = 0  # drafts fed by the planned step
+    block: bool = True  # whether the planned step feeds a block
+
+    @property
+    def scale(self) -> float:
+        """Observed / predicted acceptance so far, shrunk towards 1."""
+        return (self.observed + PRIOR) / (self.predicted + PRIOR)
+
+
+def plan_step(plan: Plan, reach: torch.Tensor | None, n_drafts: int, context: int, cost: StepCost,
+              max_backoff: int) -> None:  # fmt: skip
+    """Decide the next step: plan.block and plan.fed. reach: [n_drafts] confidence products (None
+    with no drafts)."""
+    if plan.ar_left > 0:
+        plan.ar_left -= 1
+        plan.block, plan.fed = False, 0
+        return
+    ar_rate = 1.0 / cost.seconds(1, context)
+    p = torch.zeros(0) if reach is None else (reach[:n_drafts].float() * plan.scale).clamp(max=1.0)
+    expected = torch.cat([torch.ones(1), 1.0 + p.cumsum(0)])  # [n_drafts + 1]: tokens for k = 0..n
+    seconds = torch.tensor([cost.seconds(1 + k, context, block=True) for k in range(len(expected))])
+    rates = expected / seconds
+    best = int(rates.argmax())
+    plan.block, plan.fed = True, best
+    if float(rates[best]) >= ar_rate:
+        plan.low, plan.backoff = 0, 1  # the drafts pay
+        return
+    plan.low += 1
+    if plan.low >= 2:  # twice in a row: fall back to AR steps, from this step on
+        plan.low, plan.block, plan.fed = 0, False, 0
+        plan.ar_left = plan.backoff - 1
+        plan.backoff = min(2 * plan.backoff, max_backoff)
+
+
+def record(plan: Plan, reach: torch.Tensor | None, fed: int, accepted: int) -> None:
+    """After a verified step: what was predicted for the fed drafts against what was accepted."""
+    if fed and reach is not None:
+        plan.predicted += float(reach[:fed].float().sum())
+        plan.observed += accepted

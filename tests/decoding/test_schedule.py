@@ -1,0 +1,135 @@
+"""Adaptive spec: the schedule's choices under given step costs, and that whatever it chooses, the
+output stays exactly AR's (greedy, fp32) and in distribution (sampling)."""
+
+import dataclasses
+
+import pytest
+import torch
+from test_decoding import PROMPTS, OracleSpec, run, use_policy
+from test_sampling import PROMPT, T, chi2_pvalue, exact_joint, small_vocab_model  # noqa: F401  (a fixture)
+from tiny import tiny_model
+
+from pardec.core.cost import StepCost, measure
+from pardec.decoding import DecodeConfig, decode
+from pardec.decoding.schedule import Plan, plan_step, record
+
+
+def linear_cost(ar=1.0, per_token=0.0, block=0.0, D=4):
+    """A StepCost whose AR step takes `ar`, each more token `per_token`, and a block `block` more."""
+    plain = (ar, ar + 31 * per_token)
+    return StepCost((1, 32), (100,), D, (plain,), (tuple(t + block for t in plain),), {})
+
+
+FLAT = linear_cost()  # a GPU-like curve: every shape costs an AR step
+STEEP = linear_cost(per_token=0.1, block=0.5)  # a block step with 4 drafts costs 1.9 AR steps
+
+
+def test_a_flat_curve_feeds_every_draft():
+    plan = Plan()
+    plan_step(plan, torch.tensor([0.9, 0.5, 0.2, 0.05]), 4, 50, FLAT, 32)
+    assert plan.block and plan.fed == 4
+
+
+def test_a_steep_curve_feeds_only_likely_drafts_and_falls_back_to_ar_when_none_pay():
+    plan = Plan()
+    plan_step(plan, torch.tensor([0.99, 0.98, 0.15, 0.05]), 4, 50, STEEP, 32)
+    assert plan.block and plan.fed == 2 and plan.low == 0  # 2.97 tokens for 1.7 AR steps
+    poor = torch.tensor([0.2, 0.1, 0.05, 0.01])
+    plan_step(plan, poor, 4, 50, STEEP, 32)
+    assert plan.block and plan.low == 1  # one slow step is tolerated
+    plan_step(plan, poor, 4, 50, STEEP, 32)
+    assert not plan.block and plan.fed == 0 and plan.ar_left == 0 and plan.backoff == 2
+    plan_step(plan, None, 0, 51, STEEP, 32)  # the probe: a block step, no drafts yet
+    assert plan.block and plan.low == 1
+    plan_step(plan, poor, 4, 52, STEEP, 32)  # still poor: 2 AR steps now, then 4
+    assert not plan.block and plan.ar_left == 1 and plan.backoff == 4
+    plan_step(plan, None, 0, 53, STEEP, 32)
+    assert not plan.block and plan.ar_left == 0
+    plan_step(plan, None, 0, 54, STEEP, 32)
+    plan_step(plan, torch.tensor([0.99, 0.99, 0.99, 0.99]), 4, 55, STEEP, 32)  # the drafts recover
+    assert plan.block and plan.fed == 4 and plan.backoff == 1
+
+
+def test_the_calibration_follows_observed_acceptance():
+    plan = Plan()
+    reach = torch.tensor([0.9, 0.8, 0.7, 0.6])
+    for _ in range(20):
+        record(plan, reach, 4, 0)  # confident drafts that are never accepted
+    assert plan.scale < 0.1
+    plan_step(plan, reach, 4, 50, STEEP, 32)
+    assert plan.fed == 0  # no draft is worth its place any more
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2"])
+def tiny(request):
+    return tiny_model(request.param)
+
+
+@pytest.mark.parametrize("cost", [FLAT, STEEP, linear_cost(per_token=0.02, block=0.1), None],
+                         ids=["flat", "steep", "mild", "measured"])  # fmt: skip
+def test_adaptive_spec_greedy_equals_ar_whatever_the_cost(tiny, cost, monkeypatch):
+    model, mask_id = tiny
+    # None: the policy measures this machine's curve itself, once per decode call.
+    extras = {} if cost is None else {"cost": cost}
+    ar = run(model, mask_id, PROMPTS, method="ar", max_new_tokens=40)
+    OracleSpec.truth = ar[0].tokens + [0] * 8  # about 80% right drafts for prompt 0
+    use_policy(OracleSpec, monkeypatch)
+    config = DecodeConfig(method="spec", block_size=4, adaptive=True, max_new_tokens=40)
+    alone = decode(model, PROMPTS[:1], config, mask_id, extras=extras)[0]
+    assert alone.tokens == ar[0].tokens
+    monkeypatch.undo()
+    batch = decode(model, PROMPTS, config, mask_id, extras=extras)  # untrained drafts: rows fall back
+    assert [b.tokens for b in batch] == [a.tokens for a in ar]
+    if cost is not None:  # the same curve: a row's schedule does not depend on the rest of the batch
+        singles = [decode(model, [p], config, mask_id, extras=extras)[0] for p in PROMPTS]
+        assert [b.accepted_per_step for b in batch] == [s.accepted_per_step for s in singles]
+    if cost is STEEP:  # untrained drafts never pay on a steep curve: mostly plain AR steps
+        assert sum(1 for b in batch for n in b.accepted_per_step if n == 1) > 0.8 * sum(
+            b.forwards for b in batch
+        )
+
+
+def test_adaptive_spec_with_good_drafts_feeds_them_on_a_flat_curve_and_sparingly_on_a_steep_one(
+    tiny, monkeypatch
+):
+    model, mask_id = tiny
+    ar = run(model, mask_id, PROMPTS[:1], method="ar", max_new_tokens=40)[0]
+
+    class Right(OracleSpec):  # every draft right, stated with full confidence
+        def update(self, row, ntp, block):
+            upd = super().update(row, ntp, block)
+            start = len(row.committed) + len(upd.commit) - row.n_prompt
+            row.state.tokens = self.truth[start : start + len(row.state.tokens)]
+            if row.state.tokens:
+                row.state.reach = torch.ones(len(row.state.tokens))
+            return upd
+
+    Right.truth = ar.tokens + [0] * 8
+    use_policy(Right, monkeypatch)
+    config = DecodeConfig(method="spec", block_size=4, adaptive=True, max_new_tokens=40)
+    for cost in (FLAT, STEEP):  # on the steep curve 4 sure tokens for 1.8 AR steps still pay
+        got = decode(model, [PROMPTS[0]], config, mask_id, extras={"cost": cost})[0]
+        assert got.tokens == ar.tokens and max(got.accepted_per_step) == 4 and got.forwards < 15
+
+
+def test_adaptive_spec_samples_the_target_distribution(small_vocab_model):  # noqa: F811
+    model, mask_id = small_vocab_model
+    n = 3000
+    config = DecodeConfig(
+        method="spec", block_size=3, adaptive=True, temperature=1.0, seed=3, max_new_tokens=T
+    )
+    outs = decode(
+        model, [PROMPT] * n, config, mask_id, extras={"cost": linear_cost(per_token=0.01, block=0.05)}
+    )
+    counts = {}
+    for o in outs:
+        counts[tuple(o.tokens)] = counts.get(tuple(o.tokens), 0) + 1
+    assert chi2_pvalue(counts, exact_joint(model, 1.0, 1.0), n) > 1e-3
+
+
+def test_the_measured_cost_is_a_positive_rising_curve(tiny):
+    model, mask_id = tiny
+    cost = measure(model, mask_id, 4, rounds=1)
+    assert all(cost.seconds(n, 50) > 0 for n in (1, 3, 40))
+    assert cost.relative(1, 50) == pytest.approx(1.0)
+    assert dataclasses.replace(cost) == StepCost.from_json(cost.to_json())
