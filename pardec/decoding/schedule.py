@@ -5,9 +5,10 @@ confidences up to each, scaled by an online calibration of predicted against obs
 feeding the first k drafts and a block commits 1 + p_1 + ... + p_k tokens in expectation and costs
 StepCost.seconds(1 + k, context, block=True). The schedule feeds the k with the most tokens per
 second. When even the best k is slower than a plain AR step (1 token for StepCost.seconds(1, context))
-twice in a row, the row decodes plain AR steps for a while (1, 2, 4, ... up to `max_backoff` steps,
-doubling while the drafts stay poor), then probes with one block step to get fresh drafts. A step
-without drafts (a probe, or after a rejection the block did not cover) counts as a slow one.
+twice in a row, and the block steps' realized rate (a moving average of tokens committed over their
+cost) is slower too, the row decodes plain AR steps for a while (1, 2, 4, ... up to `max_backoff`
+steps, doubling while the drafts stay poor), then probes with one block step to get fresh drafts. A
+step without drafts (a probe, or after a rejection the block did not cover) counts as a slow one.
 
 Which drafts are fed depends only on the drafts themselves, never on the target's verdict, so the
 output stays exactly the model's.
@@ -22,6 +23,7 @@ import torch
 from ..core.cost import StepCost
 
 PRIOR = 2.0  # pseudo-drafts of the calibration's prior (predicted = observed)
+EMA = 0.3  # weight of the latest block step in the realized rate
 
 
 @dataclass
@@ -35,6 +37,8 @@ class Plan:
     observed: float = 0.0  # sum of the drafts actually accepted in those steps
     fed: int = 0  # drafts fed by the planned step
     block: bool = True  # whether the planned step feeds a block
+    tokens: float | None = None  # moving averages over block steps: tokens committed,
+    seconds: float | None = None  # and the step's cost
 
     @property
     def scale(self) -> float:
@@ -61,14 +65,22 @@ def plan_step(plan: Plan, reach: torch.Tensor | None, n_drafts: int, context: in
         plan.low, plan.backoff = 0, 1  # the drafts pay
         return
     plan.low += 1
-    if plan.low >= 2:  # twice in a row: fall back to AR steps, from this step on
+    realized = None if plan.tokens is None else plan.tokens / plan.seconds
+    if plan.low >= 2 and (realized is None or realized < ar_rate):  # fall back to AR steps, from this one on
         plan.low, plan.block, plan.fed = 0, False, 0
         plan.ar_left = plan.backoff - 1
         plan.backoff = min(2 * plan.backoff, max_backoff)
 
 
-def record(plan: Plan, reach: torch.Tensor | None, fed: int, accepted: int) -> None:
-    """After a verified step: what was predicted for the fed drafts against what was accepted."""
+def record(plan: Plan, reach: torch.Tensor | None, fed: int, accepted: int, seconds: float | None) -> None:
+    """After a verified step: what was predicted for the fed drafts against what was accepted, and
+    for a block step (`seconds`: its cost) the tokens it committed."""
     if fed and reach is not None:
         plan.predicted += float(reach[:fed].float().sum())
         plan.observed += accepted
+    if seconds is not None:
+        if plan.tokens is None:
+            plan.tokens, plan.seconds = 1.0 + accepted, seconds
+        else:
+            plan.tokens += EMA * (1.0 + accepted - plan.tokens)
+            plan.seconds += EMA * (seconds - plan.seconds)

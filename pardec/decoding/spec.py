@@ -80,8 +80,11 @@ class Speculative(Verifier):
         reach, fed = row.state.reach, len(row.state.tokens)
         n, commit = self.verify(row, ntp)
         if self.cost is not None:
-            schedule.record(row.state.plan, reach, fed, n)
-            if not row.state.plan.block:  # an AR step: no block, so no drafts for the next one
+            plan = row.state.plan
+            # The step's context: committed text before it (row.committed is not extended yet).
+            seconds = self.cost.seconds(1 + fed, len(row.committed), block=True) if plan.block else None
+            schedule.record(plan, reach, fed, n, seconds)
+            if not plan.block:  # an AR step: no block, so no drafts for the next one
                 row.state.clear()
                 return Update(commit=commit, keep_drafts=n)
         lengths = self.block_lengths(row)

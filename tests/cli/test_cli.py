@@ -302,3 +302,20 @@ def test_retrofit_from_two_files_warm_started_sets_the_default_block_size(tiny_d
         str(tmp_path / "b4"),
     )
     assert code == 2 and "not a pardec checkpoint" in err
+
+
+def test_profile_prints_the_step_cost_and_caches_it(tiny_dir, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("PARDEC_CACHE", str(tmp_path / "cache"))
+    args = f"profile --model {tiny_dir} --dtype float32 --block-size 4".split()
+    code, out, err = run_cli(capsys, *args, "--out", str(tmp_path / "p"))
+    assert code == 0, err
+    assert "| pending |" in out and (tmp_path / "p" / "step_cost.png").stat().st_size > 0
+    saved = json.loads((tmp_path / "p" / "step_cost.json").read_text())
+    assert saved["block_size"] == 4 and saved["key"]["model"] == tiny_dir
+    assert len(saved["plain"][0]) == len(saved["block"][0]) == len(saved["pending"])
+    [cached] = (tmp_path / "cache" / "costs").glob("*.json")
+    stamp = cached.stat().st_mtime_ns
+    assert run_cli(capsys, *args)[0] == 0 and cached.stat().st_mtime_ns == stamp  # read back, not remeasured
+    assert run_cli(capsys, *args, "--refresh")[0] == 0 and cached.stat().st_mtime_ns != stamp
+    code, _, err = run_cli(capsys, *args[:-1], "0")
+    assert code == 2 and "block size" in err

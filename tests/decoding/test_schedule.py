@@ -50,11 +50,28 @@ def test_a_steep_curve_feeds_only_likely_drafts_and_falls_back_to_ar_when_none_p
     assert plan.block and plan.fed == 4 and plan.backoff == 1
 
 
+def test_a_good_realized_rate_rides_out_a_few_poor_drafts():
+    plan = Plan()
+    for _ in range(5):
+        record(plan, torch.tensor([0.9, 0.9, 0.8, 0.8]), 4, 4, STEEP.seconds(5, 50, block=True))  # 5 tokens
+    poor = torch.tensor([0.2, 0.1, 0.05, 0.01])
+    for _ in range(3):
+        plan_step(plan, poor, 4, 50, STEEP, 32)
+        assert plan.block  # the block steps have paid well: poor drafts for a while do not stop them
+        record(plan, poor, plan.fed, 0, STEEP.seconds(1 + plan.fed, 50, block=True))
+    for _ in range(6):  # the realized rate decays towards what the poor steps give, then AR takes over
+        plan_step(plan, poor, 4, 50, STEEP, 32)
+        if not plan.block:
+            break
+        record(plan, poor, plan.fed, 0, STEEP.seconds(1 + plan.fed, 50, block=True))
+    assert not plan.block
+
+
 def test_the_calibration_follows_observed_acceptance():
     plan = Plan()
     reach = torch.tensor([0.9, 0.8, 0.7, 0.6])
     for _ in range(20):
-        record(plan, reach, 4, 0)  # confident drafts that are never accepted
+        record(plan, reach, 4, 0, None)  # confident drafts that are never accepted
     assert plan.scale < 0.1
     plan_step(plan, reach, 4, 50, STEEP, 32)
     assert plan.fed == 0  # no draft is worth its place any more

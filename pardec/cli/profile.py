@@ -1,0 +1,57 @@
+"""`pardec profile`: what a decoding step costs on this machine, by tokens fed."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from . import common
+
+HELP = "measure what a decoding step costs on this machine (the curve adaptive spec follows)"
+DESCRIPTION = (
+    "Time one forward by the number of pending tokens fed, with and without a block of [MASK] slots, "
+    "at two context lengths, for the model as loaded (adapter, dtype). The result is cached and is "
+    "what `--adaptive` decoding reads; --refresh measures again."
+)
+
+
+# fmt: off
+def add_arguments(p) -> None:
+    common.add_model_args(p)
+    common.add_adapter_arg(p)
+    p.add_argument("--block-size", type=int, default=None,
+                   help="block slots in the block shapes (default: the adapter's trained D, else 8)")
+    p.add_argument("--refresh", action="store_true", help="measure again instead of reading the cache")
+    p.add_argument("--out", default=None, help="folder for step_cost.json and step_cost.png (optional)")
+# fmt: on
+
+
+def run(args) -> None:
+    from ..bench.report import plot_cost
+    from ..core import cost as step_cost
+    from ..errors import PardecError
+    from ..model import load_model
+
+    if args.block_size is not None and args.block_size < 1:
+        raise PardecError(f"block size must be an integer >= 1, got {args.block_size}")
+    lm = load_model(args.model, common.dtype(args), args.adapter)
+    D = args.block_size or lm.trained_block_size or 8
+    cost = step_cost.for_model(lm, D, refresh=args.refresh)
+    m = cost.key
+    print(f"{m.get('cpu')} (AMX: {'yes' if m.get('amx') else 'no'}, avx512_bf16: "
+          f"{'yes' if m.get('avx512_bf16') else 'no'}, {m.get('threads')} threads); {lm.name}, "
+          f"adapter {lm.adapter or 'none'}, {m.get('dtype')}")  # fmt: skip
+    head = " | ".join(f"ctx {c}: ms, x AR, + {D} slots x AR" for c in cost.contexts)
+    print(f"| pending | {head} |")
+    print("|---|" + "---|" * (3 * len(cost.contexts)))
+    for n in cost.pending:
+        cells = " | ".join(f"{1000 * cost.seconds(n, c):.1f} | {cost.relative(n, c):.2f} | "
+                           f"{cost.relative(n, c, block=True):.2f}" for c in cost.contexts)  # fmt: skip
+        print(f"| {n} | {cells} |")
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "step_cost.json").write_text(json.dumps(cost.to_json(), indent=1) + "\n")
+        plot_cost(cost, out / "step_cost.png")
+        print(f"wrote {out}/step_cost.json, step_cost.png", file=sys.stderr)
