@@ -1,0 +1,41 @@
+"""Speedup over `ar` per category of a bench run's samples, where item ids carry the category as their
+last `/` field (e.g. the MT-bench selection in benchmarks/adaptive-epyc/): tokens/s of each method over
+that category's prompts (total tokens / total seconds), divided by ar's over the same prompts.
+
+    python scripts/per_category.py benchmarks/adaptive-epyc/mtbench16-gsm8k10 --task jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run", help="a bench output folder (with samples.jsonl)")
+    p.add_argument("--task", default=None, help="only the samples of this task")
+    args = p.parse_args(argv)
+    rows = [json.loads(line) for line in (Path(args.run) / "samples.jsonl").read_text().splitlines()]
+    rows = [r for r in rows if args.task is None or r["task"] == args.task]
+    tokens, seconds, forwards = defaultdict(int), defaultdict(float), defaultdict(int)
+    for r in rows:
+        key = (r["method"], r["id"].rsplit("/", 1)[-1])
+        tokens[key] += len(r["tokens"])
+        seconds[key] += r["seconds"]
+        forwards[key] += r["forwards"]
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    cats = list(dict.fromkeys(r["id"].rsplit("/", 1)[-1] for r in rows))
+    print("| category | " + " | ".join(f"{m} TPF | {m} speedup" for m in methods if m != "ar") + " |")
+    print("|---|" + "---|---|" * (len(methods) - 1))
+    for c in cats:
+        ar = tokens[("ar", c)] / seconds[("ar", c)]
+        cells = [f"{tokens[(m, c)] / forwards[(m, c)]:.2f} | {tokens[(m, c)] / seconds[(m, c)] / ar:.2f}x"
+                 for m in methods if m != "ar"]  # fmt: skip
+        print(f"| {c} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
