@@ -123,10 +123,11 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
                         "slots "
                         f"become the next drafts (default {d.block_reach}; 0: after all drafts; ignored with "
                         "--block-at)")
-    p.add_argument("--adaptive", action="store_true",
+    p.add_argument("--adaptive", action=argparse.BooleanOptionalAction, default=d.adaptive,
                    help="spec: choose each step how many drafts to feed, or a plain AR step, by what a "
-                        "step costs on this machine (measured once, cached) and how likely the drafts are; "
-                        "lossless")
+                        "step costs on this machine (measured once, cached) and how likely the drafts "
+                        f"are; lossless (default {'on' if d.adaptive else 'off'}; --no-adaptive: the fixed "
+                        "shapes)")
     p.add_argument("--gamma", type=float, default=d.gamma,
                    help=f"eb: entropy budget in nats per forward (default {d.gamma})")
     p.add_argument("--temperature", type=float, default=d.temperature, help="0 = greedy (default)")

@@ -14,6 +14,7 @@ import json
 import os
 import platform
 import time
+import weakref
 from bisect import bisect_left
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -162,3 +163,15 @@ def for_model(lm, block_size: int, refresh: bool = False) -> StepCost:
     model = lm.model
     key = dict(model=lm.name, adapter=str(lm.adapter), dtype=str(model.dtype), device=str(model.device))
     return load_or_measure(model, lm.mask_id, block_size, key, cache_dir(), refresh)
+
+
+_MEASURED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {block size: StepCost}
+
+
+def measured(model, mask_id: int, block_size: int) -> StepCost:
+    """This process's measurement for a model object (decode without a cost from `for_model`): once
+    per model and block size, kept only as long as the model lives."""
+    per_model = _MEASURED.setdefault(model, {})
+    if block_size not in per_model:
+        per_model[block_size] = measure(model, mask_id, block_size, rounds=2)
+    return per_model[block_size]

@@ -23,8 +23,8 @@ class DecodeConfig:
     block_reach: float = 0.7
     draft_cutoff: float = 0.0  # spec, dflash: feed drafts while their confidences' product stays >= this
     # spec: choose per step how many drafts to feed, or a plain AR step, by the measured step cost and
-    # the drafts' calibrated acceptance (schedule.py)
-    adaptive: bool = False
+    # the drafts' calibrated acceptance (schedule.py); False: the fixed shapes below, every step
+    adaptive: bool = True
     temperature: float = 0.0  # 0 = greedy
     top_p: float = 1.0
     seed: int | None = None

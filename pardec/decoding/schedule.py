@@ -54,14 +54,17 @@ def plan_step(plan: Plan, reach: torch.Tensor | None, n_drafts: int, context: in
         plan.ar_left -= 1
         plan.block, plan.fed = False, 0
         return
+    # Plain floats: this runs every step for every row, where small tensor ops would cost more.
     ar_rate = 1.0 / cost.seconds(1, context)
-    p = torch.zeros(0) if reach is None else (reach[:n_drafts].float() * plan.scale).clamp(max=1.0)
-    expected = torch.cat([torch.ones(1), 1.0 + p.cumsum(0)])  # [n_drafts + 1]: tokens for k = 0..n
-    seconds = torch.tensor([cost.seconds(1 + k, context, block=True) for k in range(len(expected))])
-    rates = expected / seconds
-    best = int(rates.argmax())
+    scale = plan.scale
+    p = [] if reach is None else [min(1.0, x * scale) for x in reach[:n_drafts].tolist()]
+    expected, rates = 1.0, []  # expected tokens committed, and per second, for k = 0 .. n_drafts
+    for k in range(len(p) + 1):
+        expected += p[k - 1] if k else 0.0
+        rates.append(expected / cost.seconds(1 + k, context, block=True))
+    best = max(range(len(rates)), key=rates.__getitem__)
     plan.block, plan.fed = True, best
-    if float(rates[best]) >= ar_rate:
+    if rates[best] >= ar_rate:
         plan.low, plan.backoff = 0, 1  # the drafts pay
         return
     plan.low += 1

@@ -38,9 +38,7 @@ class Speculative(Verifier):
         super().__init__(config, mask_id, generator)
         self.cost = None  # a StepCost when adaptive
         if config.adaptive:
-            self.cost = (extras or {}).get("cost") or step_cost.measure(
-                model, mask_id, config.block_size, rounds=1
-            )
+            self.cost = (extras or {}).get("cost") or step_cost.measured(model, mask_id, config.block_size)
 
     def new_state(self):
         return Drafts() if self.cost is None else ScheduledDrafts()

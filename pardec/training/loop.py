@@ -67,9 +67,9 @@ class RetrofitJob:
     def evaluate(self):
         if not self.heldout:
             return None
-        config = DecodeConfig(
-            method="spec", block_size=max(2, self.cfg.block_size), max_new_tokens=self.cfg.eval_max_new_tokens
-        )
+        # Fixed shapes: the held-out TPF measures the drafts, whatever this machine charges for them.
+        config = DecodeConfig(method="spec", block_size=max(2, self.cfg.block_size), adaptive=False,
+                              max_new_tokens=self.cfg.eval_max_new_tokens)  # fmt: skip
         return heldout_tpf(self.module, self.heldout, config, self.mask_id, self.lm.stop_ids)
 
     def save(self, out, step, history, moments):

@@ -34,7 +34,9 @@ def hf_greedy(model, mask_id, prompt, n=N):
 
 
 def run(model, mask_id, prompts, **kw):
+    """Decode with the fixed shapes the settings name (test_schedule.py tests adaptive spec)."""
     kw.setdefault("max_new_tokens", N)
+    kw.setdefault("adaptive", False)
     return decode(model, prompts, DecodeConfig(**kw), mask_id)
 
 
@@ -154,7 +156,9 @@ def test_spec_takes_next_drafts_from_the_block_started_at_or_before_the_accepted
 ):
     V, mask_id = 32, 31
     policy = Speculative(
-        DecodeConfig(method="spec", block_size=4, block_at=block_at, block_reach=0.0), mask_id, None
+        DecodeConfig(method="spec", block_size=4, block_at=block_at, block_reach=0.0, adaptive=False),
+        mask_id,
+        None,
     )
     row = Row(index=0, committed=[5], n_prompt=1, budget=100, state=Drafts([1, 2, 3]))
     [(back, _)] = policy.blocks(row)
@@ -176,7 +180,9 @@ def logits_with_confidence(tokens, conf, V=16):
 
 @pytest.mark.parametrize("cutoff,kept", [(0.0, 4), (0.3, 4), (0.34, 3), (0.4, 2), (0.8, 1), (0.95, 0)])
 def test_draft_cutoff_keeps_the_prefix_whose_confidence_product_reaches_it(cutoff, kept):
-    policy = Speculative(DecodeConfig(method="spec", block_size=5, draft_cutoff=cutoff), 15, None)
+    policy = Speculative(
+        DecodeConfig(method="spec", block_size=5, draft_cutoff=cutoff, adaptive=False), 15, None
+    )
     row = Row(index=0, committed=[5], n_prompt=1, budget=100, state=Drafts())
     policy.set_drafts(
         row, logits_with_confidence([3, 4, 5, 6], [0.9, 0.8, 0.5, 0.9])
@@ -196,7 +202,9 @@ def test_draft_cutoff_keeps_the_prefix_whose_confidence_product_reaches_it(cutof
 def test_block_reach_feeds_the_block_after_the_likely_accepted_drafts(draft_blocks, accepted, drafts):
     V, mask_id = 48, 47
     policy = Speculative(
-        DecodeConfig(method="spec", block_size=5, block_reach=0.5, draft_blocks=draft_blocks), mask_id, None
+        DecodeConfig(method="spec", block_size=5, block_reach=0.5, draft_blocks=draft_blocks, adaptive=False),
+        mask_id,
+        None,
     )
     row = Row(index=0, committed=[5], n_prompt=1, budget=100, state=Drafts())
     policy.set_drafts(row, logits_with_confidence([1, 2, 3, 4], [0.9, 0.8, 0.5, 0.9], V))  # .9 .72 .36 .32
