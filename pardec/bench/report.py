@@ -179,8 +179,7 @@ def write(result: BenchResult, out: Path, command: str, adapter: str | None = No
     )
     (out / "samples.jsonl").write_text(
         "".join(
-            json.dumps(dict(method=m, **{k: v for k, v in dataclasses.asdict(r).items() if k != "steps"}))
-            + "\n"
+            json.dumps(dict(method=m, **dataclasses.asdict(r))) + "\n"
             for m, runs in result.samples.items()
             for r in runs
         )

@@ -59,16 +59,19 @@ def mean_nll(model, prompt: list[int], tokens: list[int]) -> float:
 
 
 def read_log(path: Path) -> dict[tuple[str, str, str], RunRecord]:
-    """The runs a stopped bench logged, keyed by (method label, task, item id). A last line cut off
-    mid-write is ignored."""
+    """The runs a stopped bench logged (progress.jsonl), or a finished one wrote (samples.jsonl),
+    keyed by (method label, task, item id). A last line cut off mid-write, and samples written before
+    they carried every field, are ignored."""
+    names = {f.name for f in dataclasses.fields(RunRecord)}
     done = {}
     for line in Path(path).read_text().splitlines():
         try:
             r = json.loads(line)
-        except json.JSONDecodeError:
+            method = r.pop("method")
+            rec = RunRecord(**{k: v for k, v in r.items() if k in names and k not in ("score", "nll")})
+        except (json.JSONDecodeError, KeyError, TypeError):
             continue
-        method = r.pop("method")
-        done[(method, r["task"], r["id"])] = RunRecord(**r)
+        done[(method, rec.task, rec.id)] = rec
     return done
 
 

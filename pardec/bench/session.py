@@ -48,9 +48,9 @@ def bench(opts: BenchOptions) -> BenchResult:
         checkpoint.read_settings(path)
     items = load_tasks(opts.task, opts.limit, opts.offset)
     out = Path(opts.out)
-    progress = out / "progress.jsonl"
-    if opts.resume and not progress.is_file():
-        raise PardecError(f"nothing to resume: {progress} does not exist")
+    progress, samples = out / "progress.jsonl", out / "samples.jsonl"
+    if opts.resume and not progress.is_file() and not samples.is_file():
+        raise PardecError(f"nothing to resume: {out} has neither progress.jsonl nor samples.jsonl")
     lm = load_model(opts.model, opts.dtype, opts.adapter)
     own = {path: load_model(opts.model, opts.dtype, path) for path in own_paths}
     runners = make_runners(lm, specs, own, opts.block_size is not None, {"drafter": opts.drafter})
@@ -63,6 +63,10 @@ def bench(opts: BenchOptions) -> BenchResult:
     out.mkdir(parents=True, exist_ok=True)
     if not opts.resume:
         progress.unlink(missing_ok=True)
+    elif not progress.is_file():  # a finished run, extended: its samples seed the log
+        progress.write_text(
+            "".join(rec.log_line(method) for (method, _, _), rec in read_log(samples).items())
+        )
     done = read_log(progress) if opts.resume else {}
     result = run_bench(
         runners, items, opts.task, nll_model, chat=opts.chat, progress=opts.progress, log=progress, done=done

@@ -43,8 +43,9 @@ def add_arguments(b) -> None:
     b.add_argument("--no-chat", action="store_true")
     b.add_argument("--out", default="bench-out", help="output folder (default bench-out)")
     b.add_argument("--resume", action="store_true",
-                   help="continue a stopped run in --out: runs logged in OUT/progress.jsonl are reused, not "
-                        "rerun; with fewer prompts (--task, --limit) it just tables the runs already made")
+                   help="continue a stopped run in --out (OUT/progress.jsonl), or extend a finished one "
+                        "(OUT/samples.jsonl) to more prompts: runs already made are reused, not rerun; with "
+                        "fewer prompts (--task, --limit) it just tables the runs already made")
 # fmt: on
 
 

@@ -217,5 +217,13 @@ def test_a_stopped_bench_resumes_without_rerunning_what_it_logged(tiny_dir, tmp_
     first = json.loads(logged[2])  # logged after a run that the resume had to redo
     kept = next(s for s in samples if s["method"] == first["method"] and s["id"] == first["id"])
     assert kept["seconds"] == first["seconds"]  # reused, not rerun
+    # A finished run extends to more prompts: only the new prompt's runs decode, the rest are its samples.
+    with open(prompts, "a") as f:
+        f.write(json.dumps({"prompt": "red blue green"}) + "\n")
+    calls.clear()
+    assert main(["bench", *args[1:], "--resume"]) == 0, capsys.readouterr().err
+    assert sorted(calls) == ["ar", "spec"]
+    extended = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(extended) == 8 and {s["seconds"] for s in samples} <= {s["seconds"] for s in extended}
     assert main(["bench", *args[1:-2], "--out", str(tmp_path / "none"), "--resume"]) == 2
     assert "nothing to resume" in capsys.readouterr().err
