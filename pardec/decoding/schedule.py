@@ -7,8 +7,9 @@ StepCost.seconds(1 + k, context, block=True). The schedule feeds the k with the 
 second. When even the best k is slower than a plain AR step (1 token for StepCost.seconds(1, context))
 twice in a row, and the block steps' realized rate (a moving average of tokens committed over their
 cost) is slower too, the row decodes plain AR steps for a while (1, 2, 4, ... up to `max_backoff`
-steps, doubling while the drafts stay poor), then probes with one block step to get fresh drafts. A
-step without drafts (a probe, or after a rejection the block did not cover) counts as a slow one.
+steps, doubling until block steps have paid again: drafts that only look good do not reset it), then
+probes with one block step to get fresh drafts. A step without drafts (a probe, or after a rejection
+the block did not cover) counts as a slow one.
 
 Which drafts are fed depends only on the drafts themselves, never on the target's verdict, so the
 output stays exactly the model's.
@@ -64,11 +65,13 @@ def plan_step(plan: Plan, reach: torch.Tensor | None, n_drafts: int, context: in
         rates.append(expected / cost.seconds(1 + k, context, block=True))
     best = max(range(len(rates)), key=rates.__getitem__)
     plan.block, plan.fed = True, best
+    realized = None if plan.tokens is None else plan.tokens / plan.seconds
+    if realized is not None and realized >= ar_rate:
+        plan.backoff = 1  # block steps have paid: the next fall-back is short again
     if rates[best] >= ar_rate:
-        plan.low, plan.backoff = 0, 1  # the drafts pay
+        plan.low = 0  # these drafts look worth it
         return
     plan.low += 1
-    realized = None if plan.tokens is None else plan.tokens / plan.seconds
     if plan.low >= 2 and (realized is None or realized < ar_rate):  # fall back to AR steps, from this one on
         plan.low, plan.block, plan.fed = 0, False, 0
         plan.ar_left = plan.backoff - 1

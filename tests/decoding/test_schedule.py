@@ -46,8 +46,12 @@ def test_a_steep_curve_feeds_only_likely_drafts_and_falls_back_to_ar_when_none_p
     plan_step(plan, None, 0, 53, STEEP, 32)
     assert not plan.block and plan.ar_left == 0
     plan_step(plan, None, 0, 54, STEEP, 32)
-    plan_step(plan, torch.tensor([0.99, 0.99, 0.99, 0.99]), 4, 55, STEEP, 32)  # the drafts recover
-    assert plan.block and plan.fed == 4 and plan.backoff == 1
+    sure = torch.tensor([0.99, 0.99, 0.99, 0.99])
+    plan_step(plan, sure, 4, 55, STEEP, 32)  # the drafts look good again: fed, but the back-off stays
+    assert plan.block and plan.fed == 4 and plan.backoff == 4
+    record(plan, sure, 4, 4, STEEP.seconds(5, 55, block=True))  # and they pay: 5 tokens for 1.9 AR steps
+    plan_step(plan, sure, 4, 60, STEEP, 32)
+    assert plan.block and plan.backoff == 1
 
 
 def test_a_good_realized_rate_rides_out_a_few_poor_drafts():
