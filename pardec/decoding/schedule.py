@@ -8,8 +8,9 @@ second. When even the best k is slower than a plain AR step (1 token for StepCos
 twice in a row, and the block steps' realized rate (a moving average of tokens committed over their
 cost) is slower too, the row decodes plain AR steps for a while (1, 2, 4, ... up to `max_backoff`
 steps, doubling until block steps have paid again: drafts that only look good do not reset it), then
-probes with one block step to get fresh drafts. A step without drafts (a probe, or after a rejection
-the block did not cover) counts as a slow one.
+probes with one block step to get fresh drafts, and judges the steps after it afresh. A step without
+drafts (a probe, or after a rejection the block did not cover) is a block step that is not judged;
+a step with drafts feeds at least one, so that the calibration keeps seeing verified drafts.
 
 Which drafts are fed depends only on the drafts themselves, never on the target's verdict, so the
 output stays exactly the model's.
@@ -64,7 +65,11 @@ def plan_step(plan: Plan, reach: torch.Tensor | None, n_drafts: int, context: in
         expected += p[k - 1] if k else 0.0
         rates.append(expected / cost.seconds(1 + k, context, block=True))
     best = max(range(len(rates)), key=rates.__getitem__)
-    plan.block, plan.fed = True, best
+    # At least one draft whenever there are some: it costs little, and without verified drafts the
+    # calibration could never learn that pessimistic confidences undersell them.
+    plan.block, plan.fed = True, max(best, min(1, n_drafts))
+    if n_drafts == 0:
+        return  # a block step to get drafts (a probe, or after a rejection): not judged
     realized = None if plan.tokens is None else plan.tokens / plan.seconds
     if realized is not None and realized >= ar_rate:
         plan.backoff = 1  # block steps have paid: the next fall-back is short again
@@ -76,6 +81,7 @@ def plan_step(plan: Plan, reach: torch.Tensor | None, n_drafts: int, context: in
         plan.low, plan.block, plan.fed = 0, False, 0
         plan.ar_left = plan.backoff - 1
         plan.backoff = min(2 * plan.backoff, max_backoff)
+        plan.tokens = plan.seconds = None  # after the probe, fresh evidence decides
 
 
 def record(plan: Plan, reach: torch.Tensor | None, fed: int, accepted: int, seconds: float | None) -> None:
@@ -84,7 +90,7 @@ def record(plan: Plan, reach: torch.Tensor | None, fed: int, accepted: int, seco
     if fed and reach is not None:
         plan.predicted += float(reach[:fed].float().sum())
         plan.observed += accepted
-    if seconds is not None:
+    if seconds is not None and fed:  # block steps that verified drafts: what feeding them pays
         if plan.tokens is None:
             plan.tokens, plan.seconds = 1.0 + accepted, seconds
         else:

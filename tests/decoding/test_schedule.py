@@ -39,8 +39,10 @@ def test_a_steep_curve_feeds_only_likely_drafts_and_falls_back_to_ar_when_none_p
     assert plan.block and plan.low == 1  # one slow step is tolerated
     plan_step(plan, poor, 4, 50, STEEP, 32)
     assert not plan.block and plan.fed == 0 and plan.ar_left == 0 and plan.backoff == 2
-    plan_step(plan, None, 0, 51, STEEP, 32)  # the probe: a block step, no drafts yet
-    assert plan.block and plan.low == 1
+    plan_step(plan, None, 0, 51, STEEP, 32)  # the probe: a block step, no drafts yet, not judged
+    assert plan.block and plan.fed == 0 and plan.low == 0
+    plan_step(plan, poor, 4, 52, STEEP, 32)  # the steps after it are judged afresh
+    assert plan.block and plan.fed >= 1 and plan.low == 1  # at least one draft, for the calibration
     plan_step(plan, poor, 4, 52, STEEP, 32)  # still poor: 2 AR steps now, then 4
     assert not plan.block and plan.ar_left == 1 and plan.backoff == 4
     plan_step(plan, None, 0, 53, STEEP, 32)
@@ -78,7 +80,7 @@ def test_the_calibration_follows_observed_acceptance():
         record(plan, reach, 4, 0, None)  # confident drafts that are never accepted
     assert plan.scale < 0.1
     plan_step(plan, reach, 4, 50, STEEP, 32)
-    assert plan.fed == 0  # no draft is worth its place any more
+    assert plan.fed == 1 and plan.low == 1  # only the one draft that keeps the calibration informed
 
 
 @pytest.fixture(scope="module", params=["llama", "qwen2"])
