@@ -38,14 +38,12 @@ def add_arguments(b) -> None:
     b.add_argument("--max-new-tokens", type=int, default=256)
     b.add_argument("--block-size", type=int, default=None,
                    help="default D for every method (default: the block size the adapter was trained with, "
-                        "else "
-                        f"{DecodeConfig.block_size}; dflash: the drafter's, unless dflash@block_size=N)")
+                        f"else {DecodeConfig.block_size}; dflash: the drafter's, unless dflash@block_size=N)")
     b.add_argument("--no-chat", action="store_true")
     b.add_argument("--out", default="bench-out", help="output folder (default bench-out)")
     b.add_argument("--resume", action="store_true",
-                   help="continue a stopped run in --out (OUT/progress.jsonl), or extend a finished one "
-                        "(OUT/samples.jsonl) to more prompts: runs already made are reused, not rerun; with "
-                        "fewer prompts (--task, --limit) it just tables the runs already made")
+                   help="continue a stopped run in --out, or extend a finished one to more prompts: runs "
+                        "already made (OUT/progress.jsonl or samples.jsonl) are reused, not rerun")
 # fmt: on
 
 
