@@ -11,29 +11,21 @@ non-mask token in the slots: the gated adapter off, so the difference is the ada
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
-import subprocess
 import time
 
 import torch
 
 from pardec.core.cache import BlockCache
+from pardec.core.cost import machine
 from pardec.core.step import Block, block_step
 from pardec.model import load_model
 
 
 def cpu_model() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return platform.processor()
-    flags = next((line for line in out.splitlines() if line.startswith("Flags:")), "")
-    name = next(
-        (line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name:")), "?"
-    )
-    amx = "amx" if "amx_tile" in flags else ("avx512_bf16" if "avx512_bf16" in flags else "no bf16 ISA")
-    return f"{name} ({amx}, {torch.get_num_threads()} threads)"
+    m = machine()
+    isa = "amx" if m["amx"] else ("avx512_bf16" if m["avx512_bf16"] else "no bf16 ISA")
+    return f"{m['cpu']} ({isa}, {m['threads']} threads)"
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -58,8 +58,9 @@ def bench(opts: BenchOptions) -> BenchResult:
     # there the adapted model already is the base model.
     kinds = {m.adapter_settings.adapter for m in [lm, *own.values()] if m.adapter_settings is not None}
     nll_model = lm.model if kinds <= {"gated-lora"} else load_model(opts.model, opts.dtype, "none").model
-    # What a step costs here, for the record (measured once per model and machine, then cached).
-    cost = step_cost.for_model(lm, lm.trained_block_size or base.block_size)
+    # What a step costs here, for the record (measured once per model and machine, then cached), at
+    # the block size the run's methods decode with (api.configure's rule): the curve adaptive spec reads.
+    cost = step_cost.for_model(lm, opts.block_size or lm.trained_block_size or base.block_size)
     out.mkdir(parents=True, exist_ok=True)
     if not opts.resume:
         progress.unlink(missing_ok=True)

@@ -137,8 +137,8 @@ def cache_path(root: Path, key: dict) -> Path:
     return root / "costs" / f"{digest}.json"
 
 
-def load_or_measure(model, mask_id: int, block_size: int, key: dict, root: Path, refresh: bool = False,
-                    **kw) -> StepCost:  # fmt: skip
+def load_or_measure(model, mask_id: int, block_size: int, key: dict, root: Path,
+                    refresh: bool = False) -> StepCost:  # fmt: skip
     """The cached StepCost for `key` (plus this machine), else measured now and cached."""
     key = dict(key, block_size=block_size, **machine())
     path = cache_path(root, key)
@@ -147,7 +147,7 @@ def load_or_measure(model, mask_id: int, block_size: int, key: dict, root: Path,
             return StepCost.from_json(json.loads(path.read_text()))
         except (json.JSONDecodeError, KeyError, TypeError):
             pass  # a corrupt cache entry is measured again
-    cost = measure(model, mask_id, block_size, key=key, **kw)
+    cost = measure(model, mask_id, block_size, key=key)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(cost.to_json(), indent=1) + "\n")
