@@ -38,3 +38,11 @@ def tiny_dir(tmp_path_factory):
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return str(path)
+
+
+@pytest.fixture(autouse=True)
+def _private_cost_cache(request, tmp_path_factory, monkeypatch):
+    """Step costs measured for tiny test models stay out of the user's cache (the slow tests on the
+    packaged models keep it: they need its converted weights)."""
+    if request.node.get_closest_marker("slow") is None and "PARDEC_CACHE" not in os.environ:
+        monkeypatch.setenv("PARDEC_CACHE", str(tmp_path_factory.getbasetemp() / "pardec-cache"))

@@ -20,6 +20,7 @@ from ..model import LoadedModel
 
 HF = "hf"
 # The value after `method@` without a name sets this setting.
+AUTO = ("threshold", "gamma")  # settings that take "auto": the value `pardec calibrate` saved
 PRIMARY = {"threshold": "threshold", "eb": "gamma", "spec": "block_size", "dflash": "block_size"}
 
 
@@ -60,9 +61,16 @@ def parse_methods(text: str, base: DecodeConfig) -> list[MethodSpec]:
             try:
                 if key in bools and value not in ("0", "1", "true", "false"):
                     raise ValueError(value)
-                kw[key] = (
-                    value in ("1", "true") if key in bools else int(value) if key in ints else float(value)
-                )
+                if key in AUTO and value == "auto":
+                    kw[key] = None  # the adapter's calibrated value (api.configure)
+                else:
+                    kw[key] = (
+                        value in ("1", "true")
+                        if key in bools
+                        else int(value)
+                        if key in ints
+                        else float(value)
+                    )
             except ValueError:
                 raise PardecError(f"bad value '{value}' in '{label}'") from None
         method = "ar" if name == HF else name
@@ -85,6 +93,8 @@ class Decoded:
     steps: list[int]  # tokens committed by each forward
     seconds: float
     fed: list[int] | None = None  # tokens fed by each forward (pending + slots); None: not known (hf)
+    # Steps that verified drafts with a predicted reach: [predicted reach of each fed draft, accepted]
+    verified: list | None = None
 
 
 class Runner(Protocol):
@@ -108,7 +118,8 @@ class DecodeRunner:
             else dataclasses.replace(self.config, max_new_tokens=max_new_tokens)
         )
         r = decode(self.lm.model, [ids], config, self.lm.mask_id, self.lm.stop_ids, extras=self.extras)[0]
-        return Decoded(r.tokens, r.forwards, r.accepted_per_step, r.seconds, r.fed_per_step)
+        verified = [[list(p), n] for p, n in r.verified_per_step]
+        return Decoded(r.tokens, r.forwards, r.accepted_per_step, r.seconds, r.fed_per_step, verified)
 
 
 @dataclass(frozen=True)

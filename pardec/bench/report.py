@@ -11,6 +11,7 @@ import torch
 
 from .. import tasks
 from ..core.cost import StepCost, machine
+from ..model import calibration
 from .methods import MethodSpec
 from .run import BenchResult, RunRecord
 
@@ -44,9 +45,23 @@ def summarize(
                 nll=statistics.mean(nlls) if nlls else None,
                 accepted_hist=_hist([n for r in runs for n in r.steps]),
                 fed_per_forward=_fed_per_forward(runs),
+                **_drafts(runs),
             )
         )
     return records
+
+
+def _drafts(runs: list[RunRecord]) -> dict:
+    """For methods that verify drafts with a predicted reach: drafts fed and accepted, and the
+    reliability of the prediction (predicted reach against observed acceptance, by bin)."""
+    steps = [(tuple(p), n) for r in runs for p, n in (r.verified or [])]
+    if not steps:
+        return {}
+    fed = sum(len(p) for p, _ in steps)
+    accepted = sum(n for _, n in steps)
+    predicted = sum(sum(p) for p, _ in steps)
+    return dict(drafts_fed=fed, drafts_accepted=accepted, acceptance_rate=accepted / max(fed, 1),
+                predicted_accepted=predicted, reliability=calibration.reliability(steps))  # fmt: skip
 
 
 def _fed_per_forward(runs: list[RunRecord]) -> float | None:
@@ -91,6 +106,14 @@ def _table(records: list[dict], task: str) -> str:
             f"| {r['method']} | {r['tokens_per_forward']:.2f} | {fed} | {r['tokens_per_second']:.2f} | "
             f"{r['speedup_vs_ar']:.2f}x | {r['identical_to_ar']:.2f} | {score} | {nll} |"
         )
+    drafted = [r for r in records if r.get("drafts_fed")]
+    if drafted:
+        lines.append("")
+    for r in drafted:  # how well each verifying method predicted its acceptance
+        lines.append(
+            f"{r['method']}: {r['drafts_accepted']} of {r['drafts_fed']} fed drafts accepted "
+            f"({r['acceptance_rate']:.0%}); predicted {r['predicted_accepted']:.0f}."
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -132,7 +155,34 @@ def plot(result: BenchResult, out: Path) -> list[Path]:
     paths.append(out / "accepted_hist.png")
     fig.savefig(paths[-1], dpi=100)
     plt.close(fig)
+    checked = [r for r in recs if r.get("reliability")]
+    if checked:
+        paths.append(out / "reliability.png")
+        plot_reliability(checked, paths[-1])
     return paths
+
+
+def plot_reliability(records: list[dict], path: Path) -> None:
+    """Predicted reach (the probability that a draft and every draft before it are accepted) against
+    the observed acceptance, per method: on the diagonal when the predictions are calibrated."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 5))
+    ax.plot([0, 1], [0, 1], ":", color="grey")
+    for r in records:
+        rel = r["reliability"]
+        ax.plot([b["predicted"] for b in rel], [b["observed"] for b in rel], marker="o", label=r["method"])
+    ax.set_xlabel("predicted reach")
+    ax.set_ylabel("observed: drafts up to here all accepted")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def plot_cost(cost: StepCost, path: Path) -> None:

@@ -32,6 +32,7 @@ class RunRecord:
     seconds: float
     text: str
     fed: list[int] | None = None  # tokens fed by each forward; None where unknown (hf)
+    verified: list | None = None  # [[predicted reach of each fed draft], drafts accepted] per verified step
     score: float | None = None  # the task's score of the text; None where the task has none
     nll: float | None = None  # mean NLL of the tokens under the base model
 
@@ -103,7 +104,8 @@ def run_bench(
             if rec is None:
                 d = r.run(ids)
                 text = r.lm.tokenizer.decode(d.tokens, skip_special_tokens=True)
-                rec = RunRecord(item.id, item.task, d.tokens, d.forwards, d.steps, d.seconds, text, d.fed)
+                rec = RunRecord(item.id, item.task, d.tokens, d.forwards, d.steps, d.seconds, text, d.fed,
+                                d.verified)  # fmt: skip
                 if log is not None:
                     with open(log, "a") as f:
                         f.write(rec.log_line(label))

@@ -88,6 +88,16 @@ def train_and_report(args, cfg, what: str, train) -> None:
 
 
 # fmt: off
+def auto_or_float(value: str) -> float | None:
+    """'auto' -> None (the adapter's calibrated value), else a float."""
+    if value == "auto":
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'auto', got '{value}'") from None
+
+
 def add_decode_args(p: argparse.ArgumentParser) -> None:
     from .. import methods  # noqa: F401  (every method registered, for the list below)
     from ..decoding import METHODS, DecodeConfig
@@ -99,8 +109,9 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--block-size", type=int, default=None,
                    help=f"D, slots per forward (default: the block size the adapter was trained with, else "
                         f"{d.block_size}; dflash: the drafter's)")
-    p.add_argument("--threshold", type=float, default=d.threshold,
-                   help=f"threshold: confidence to keep a slot, in [0, 1] (default {d.threshold})")
+    p.add_argument("--threshold", type=auto_or_float, default=d.threshold,
+                   help="threshold: confidence to keep a slot, in [0, 1], or 'auto': the one `pardec "
+                        f"calibrate` chose for the adapter (default {d.threshold})")
     p.add_argument("--confidence", choices=("prob", "entropy"), default=d.confidence,
                    help="threshold: max probability, or 1 - entropy / log V")
     p.add_argument("--draft-blocks", type=int, default=d.draft_blocks,
@@ -128,8 +139,9 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
                         "step costs on this machine (measured once, cached) and how likely the drafts "
                         f"are; lossless (default {'on' if d.adaptive else 'off'}; --no-adaptive: the fixed "
                         "shapes)")
-    p.add_argument("--gamma", type=float, default=d.gamma,
-                   help=f"eb: entropy budget in nats per forward (default {d.gamma})")
+    p.add_argument("--gamma", type=auto_or_float, default=d.gamma,
+                   help="eb: entropy budget in nats per forward, or 'auto': the one `pardec calibrate` "
+                        f"chose for the adapter (default {d.gamma})")
     p.add_argument("--temperature", type=float, default=d.temperature, help="0 = greedy (default)")
     p.add_argument("--top-p", type=float, default=d.top_p, help="nucleus sampling mass (default 1.0)")
     p.add_argument("--seed", type=int, default=None, help="seed for sampling")

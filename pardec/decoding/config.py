@@ -13,9 +13,10 @@ from .policy import METHODS
 class DecodeConfig:
     method: str = "spec"
     block_size: int = 4  # D: slots predicted per forward
-    threshold: float = 0.9  # threshold: keep slots while confidence >= this
+    # None for these two: "auto", the value `pardec calibrate` saved with the adapter (api.configure)
+    threshold: float | None = 0.9  # threshold: keep slots while confidence >= this
     confidence: str = "prob"  # threshold: "prob" (max probability) or "entropy" (1 - H / log V)
-    gamma: float = 0.5  # eb: entropy budget (nats) per forward
+    gamma: float | None = 0.5  # eb: entropy budget (nats) per forward
     draft_blocks: int = 1  # spec: blocks fed per forward, for that many possible acceptance lengths
     # spec: where the block sits among the drafts. block_at: after at most this many (fixed); None:
     # after those whose confidences' product stays >= block_reach (likely to be accepted; 0: after all)
@@ -41,7 +42,7 @@ class DecodeConfig:
                 f"{self.method} needs a block size >= {METHODS[self.method].min_block_size} "
                 "(one slot for the bonus token, the rest drafts)"
             )
-        if not 0.0 <= self.threshold <= 1.0:
+        if self.threshold is not None and not 0.0 <= self.threshold <= 1.0:
             raise PardecError(f"threshold must lie in [0, 1], got {self.threshold}")
         if not isinstance(self.draft_blocks, int) or not 1 <= self.draft_blocks <= self.block_size:
             raise PardecError(f"draft blocks must lie in [1, block size], got {self.draft_blocks}")
@@ -55,7 +56,7 @@ class DecodeConfig:
             raise PardecError(f"block reach must lie in [0, 1], got {self.block_reach}")
         if self.confidence not in ("prob", "entropy"):
             raise PardecError(f"confidence must be 'prob' or 'entropy', got '{self.confidence}'")
-        if self.gamma < 0:
+        if self.gamma is not None and self.gamma < 0:
             raise PardecError(f"gamma must be >= 0, got {self.gamma}")
         if self.temperature < 0:
             raise PardecError(f"temperature must be >= 0, got {self.temperature}")

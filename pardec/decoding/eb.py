@@ -12,8 +12,10 @@ from dataclasses import dataclass
 
 from ..core import sampling
 from ..core.step import Block
+from ..errors import PardecError
 from .policy import Method, Policy, register
 from .state import Update
+from .threshold import calibrated
 
 
 @dataclass
@@ -22,6 +24,11 @@ class Reveal:
 
 
 class EntropyBounded(Policy):
+    def __init__(self, config, mask_id, generator, model=None, extras=None):
+        super().__init__(config, mask_id, generator, model, extras)
+        if config.gamma is None:
+            raise PardecError("eb's gamma 'auto' is resolved by api.configure from the adapter's calibration")
+
     def new_state(self):
         return Reveal()
 
@@ -53,4 +60,12 @@ class EntropyBounded(Policy):
         return Update(commit=done)
 
 
-register(Method("eb", EntropyBounded, "entropy-bounded reveal of any slots (SBD)", lossless=False))
+register(
+    Method(
+        "eb",
+        EntropyBounded,
+        "entropy-bounded reveal of any slots (SBD)",
+        lossless=False,
+        prepare=lambda lm, config, sets_block_size, options: (calibrated(lm, config, "gamma", "eb"), {}),
+    )
+)

@@ -28,6 +28,8 @@ class GenerationResult:
     forwards: int  # target forward passes that produced them (the prompt's forward included)
     accepted_per_step: list[int]  # tokens committed by each forward
     fed_per_step: list[int]  # tokens each forward fed for this row: pending (the prompt, first) + slots
+    # Steps that verified drafts with a predicted reach: (predicted reach of each fed draft, accepted)
+    verified_per_step: list[tuple[tuple[float, ...], int]]
     seconds: float
     finish: str  # "stop" (end-of-turn token or stop string) or "length"
 
@@ -109,6 +111,8 @@ def decode(
             r.committed.extend(new)
             r.accepted.append(len(new))
             r.fed.append(len(pending[b]) + sum(len(blk.slots) for blk in wanted[b] or ()))
+            if upd.predicted:
+                r.verified.append((upd.predicted, upd.keep_drafts))
             if r.finish is not None:
                 r.seconds = time.perf_counter() - t0
                 results[r.index] = GenerationResult(
@@ -116,6 +120,7 @@ def decode(
                     forwards=r.forwards,
                     accepted_per_step=r.accepted,
                     fed_per_step=r.fed,
+                    verified_per_step=r.verified,
                     seconds=r.seconds,
                     finish=r.finish,
                 )

@@ -1,7 +1,8 @@
 """How much a verified step feeds, chosen by what the machine charges and how likely the drafts are.
 
-Each step, with drafts whose acceptance probabilities are p_1 >= p_2 >= ... (the product of the draft
-confidences up to each, scaled by an online calibration of predicted against observed acceptance),
+Each step, with drafts whose acceptance probabilities are p_1 >= p_2 >= ... (their reach: the product
+of the draft confidences up to each, through the adapter's fitted calibration when it has one, then
+scaled by an online calibration of predicted against observed acceptance),
 feeding the first k drafts and a block commits 1 + p_1 + ... + p_k tokens in expectation and costs
 StepCost.seconds(1 + k, context, block=True). The schedule feeds the k with the most tokens per
 second. When even the best k is slower than a plain AR step (1 token for StepCost.seconds(1, context))
@@ -50,8 +51,8 @@ class Plan:
 
 def plan_step(plan: Plan, reach: torch.Tensor | None, n_drafts: int, context: int, cost: StepCost,
               max_backoff: int) -> None:  # fmt: skip
-    """Decide the next step: plan.block and plan.fed. reach: [n_drafts] confidence products (None
-    with no drafts)."""
+    """Decide the next step: plan.block and plan.fed. reach: [n_drafts] predicted reach of the drafts
+    (None with no drafts)."""
     if plan.ar_left > 0:
         plan.ar_left -= 1
         plan.block, plan.fed = False, 0

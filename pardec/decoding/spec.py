@@ -11,7 +11,8 @@ block_reach. `block_at` fixes L instead. More `draft_blocks` also sit after 0, 1
 fallbacks for shorter acceptances. Greedy: token for token the model's; sampling: rejection sampling.
 
 With `adaptive`, how many drafts each step feeds, and whether it is a plain AR step instead, follows
-the measured cost of a step on this machine and the drafts' calibrated acceptance (schedule.py).
+the measured cost of a step on this machine and the drafts' calibrated acceptance (schedule.py; the
+adapter's `calibration.json` maps confidences to acceptance probabilities where it has one).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class Speculative(Verifier):
         self.cost = None  # a StepCost when adaptive
         if config.adaptive:
             self.cost = (extras or {}).get("cost") or step_cost.measured(model, mask_id, config.block_size)
+        self.calibration = (extras or {}).get("calibration")  # a model.calibration.Calibration or None
 
     def new_state(self):
         return Drafts() if self.cost is None else ScheduledDrafts()
@@ -46,10 +48,20 @@ class Speculative(Verifier):
     def wants_reach(self):
         return self.cost is not None or (self.cfg.block_at is None and self.cfg.block_reach > 0)
 
+    def set_drafts(self, row, logits, ids=None, full=None):
+        super().set_drafts(row, logits, ids, full)
+        st: Drafts = row.state
+        # The predicted reach: the schedule plans with it, the bench holds it against acceptance.
+        st.predicted = st.reach
+        if self.calibration is not None and st.reach is not None:
+            st.predicted = self.calibration.reach(st.reach)
+
     def drafts(self, row):
         if self.cost is not None:
             st: ScheduledDrafts = row.state
-            schedule.plan_step(st.plan, st.reach, len(st.tokens), len(row.committed), self.cost, MAX_BACKOFF)
+            schedule.plan_step(
+                st.plan, st.predicted, len(st.tokens), len(row.committed), self.cost, MAX_BACKOFF
+            )
             st.keep(st.plan.fed)  # the rest are unlikely enough not to pay for their place
         return super().drafts(row)
 
@@ -75,16 +87,17 @@ class Speculative(Verifier):
         return [Block(m - n, masks) for n in self.block_lengths(row)]
 
     def update(self, row, ntp, block):
-        reach, fed = row.state.reach, len(row.state.tokens)
+        predicted, fed = row.state.predicted, len(row.state.tokens)
         n, commit = self.verify(row, ntp)
+        shown = None if predicted is None or not fed else tuple(predicted[:fed].tolist())
         if self.cost is not None:
             plan = row.state.plan
             # The step's context: committed text before it (row.committed is not extended yet).
             seconds = self.cost.seconds(1 + fed, len(row.committed), block=True) if plan.block else None
-            schedule.record(plan, reach, fed, n, seconds)
+            schedule.record(plan, predicted, fed, n, seconds)
             if not plan.block:  # an AR step: no block, so no drafts for the next one
                 row.state.clear()
-                return Update(commit=commit, keep_drafts=n)
+                return Update(commit=commit, keep_drafts=n, predicted=shown)
         lengths = self.block_lengths(row)
         L = max((x for x in lengths if x <= n), default=None)
         D = self.cfg.block_size
@@ -97,14 +110,16 @@ class Speculative(Verifier):
         else:
             # No block was fed early enough: the next forward drafts afresh.
             row.state.clear()
-        return Update(commit=commit, keep_drafts=n)
+        return Update(commit=commit, keep_drafts=n, predicted=shown)
 
 
 def prepare(lm, config, sets_block_size: bool, options: dict):
-    """With `adaptive`: this machine's step cost for the model, measured once and cached."""
-    if not config.adaptive:
-        return config, {}
-    return config, {"cost": step_cost.for_model(lm, config.block_size)}
+    """The adapter's calibration, and with `adaptive` this machine's step cost for the model (measured
+    once and cached)."""
+    extras = {"calibration": lm.calibration}
+    if config.adaptive:
+        extras["cost"] = step_cost.for_model(lm, config.block_size)
+    return config, extras
 
 
 register(

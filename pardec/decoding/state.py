@@ -16,6 +16,7 @@ class Row:
     forwards: int = 0
     accepted: list[int] = field(default_factory=list)  # tokens committed by each forward
     fed: list[int] = field(default_factory=list)  # tokens each forward fed for this row
+    verified: list[tuple[tuple[float, ...], int]] = field(default_factory=list)  # see Update.predicted
     seconds: float = 0.0
     finish: str | None = None  # "stop", "length"
 
@@ -30,3 +31,6 @@ class Update:
 
     commit: list[int]  # tokens to append to the committed text
     keep_drafts: int = 0  # how many fed drafts (extra pending tokens) hold committed text now
+    # Verifying methods: the predicted reach of each fed draft (the probability that it and every draft
+    # before it are accepted), to be held against keep_drafts (calibration, reliability)
+    predicted: tuple[float, ...] | None = None

@@ -11,14 +11,35 @@ token), so then only the NTP token is kept.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from ..core import sampling
+from ..errors import PardecError
 from .policy import Method, Policy, register
 from .state import Update
 
 
+def calibrated(lm, config, field: str, method: str):
+    """`config` with `field` = None ("auto") replaced by the value the adapter's calibration holds."""
+    if getattr(config, field) is not None:
+        return config
+    value = None if lm.calibration is None else getattr(lm.calibration, field)
+    if value is None:
+        raise PardecError(
+            f"{method} with {field} 'auto' needs a calibrated adapter: run `pardec calibrate` on "
+            f"'{lm.adapter or 'no adapter'}' first, or give a {field}"
+        )
+    return dataclasses.replace(config, **{field: value})
+
+
 class Threshold(Policy):
+    def __init__(self, config, mask_id, generator, model=None, extras=None):
+        super().__init__(config, mask_id, generator, model, extras)
+        if config.threshold is None:
+            raise PardecError("threshold 'auto' is resolved by api.configure from the adapter's calibration")
+
     def update(self, row, ntp, block):
         logits = torch.cat([ntp[-1:], block[1:]])  # [D, V]: slot 0 is the NTP token
         tokens, _ = self._choose(logits)
@@ -31,4 +52,15 @@ class Threshold(Policy):
         return Update(commit=tokens[:n].tolist())
 
 
-register(Method("threshold", Threshold, "keep block slots while confident (SDLM)", lossless=False))
+register(
+    Method(
+        "threshold",
+        Threshold,
+        "keep block slots while confident (SDLM)",
+        lossless=False,
+        prepare=lambda lm, config, sets_block_size, options: (
+            calibrated(lm, config, "threshold", "threshold"),
+            {},
+        ),
+    )
+)

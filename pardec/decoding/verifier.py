@@ -20,16 +20,18 @@ class Drafts:
     tokens: list[int] = field(default_factory=list)  # proposed, not yet verified
     probs: torch.Tensor | None = None  # [m, V] the distributions they were drawn from (sampling only)
     reach: torch.Tensor | None = None  # [m] product of the draft confidences up to each draft
+    predicted: torch.Tensor | None = None  # [m] predicted reach: P(drafts 1..i all accepted), if known
 
     def clear(self) -> None:
         """No drafts for the next forward; their distributions and confidences go with them."""
-        self.tokens, self.probs, self.reach = [], None, None
+        self.tokens, self.probs, self.reach, self.predicted = [], None, None, None
 
     def keep(self, k: int) -> None:
         """Only the first k drafts."""
         self.tokens = self.tokens[:k]
         self.probs = None if self.probs is None else self.probs[:k]
         self.reach = None if self.reach is None else self.reach[:k]
+        self.predicted = None if self.predicted is None else self.predicted[:k]
 
 
 class Verifier(Policy):

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from ..errors import PardecError
-from . import chat, checkpoint
+from . import calibration, chat, checkpoint
 from .packaged import DEFAULT_MODEL, PACKAGED, assemble_gguf
 from .surgery import add_mask_token
 
@@ -132,6 +132,11 @@ class LoadedModel:
 
     def encode(self, prompt: str, chat_template: bool = True) -> list[int]:
         return chat.encode_prompt(self.tokenizer, prompt, chat_template)
+
+    @cached_property
+    def calibration(self) -> calibration.Calibration | None:
+        """What the adapter's confidences mean (`pardec calibrate`), if it was calibrated."""
+        return calibration.load(self.adapter)
 
     @property
     def base_sha256(self) -> str | None:

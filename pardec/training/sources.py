@@ -9,7 +9,13 @@ Built-in, offline sources:
 - `builtin:code-methods`: the same for the methods of builtin types and of those modules' classes;
 - `builtin:code-tasks`: common programming tasks x kinds of request (write, test, explain, optimise);
 - `builtin:code-complete`: "complete this function" requests, HumanEval's format (a signature and a
-  docstring to complete), built from the functions of a wider set of standard library modules.
+  docstring to complete), built from the functions of a wider set of standard library modules;
+- `builtin:math`: word problems filled in from templates with random numbers (`synthetic.py`), asked
+  for step by step in several phrasings;
+- `builtin:chat-kinds`: writing, roleplay, reasoning, STEM, humanities, advice, extraction and
+  summarising requests, from templates and word lists (`synthetic.py`);
+- `builtin:heldout`: code, chat and math prompts in turn that no other source holds, for `pardec
+  calibrate`.
 No item of HumanEval, GSM8K or the MT-bench questions may enter training data: `ContaminationFilter`
 drops prompts that share a long word n-gram with any of them (or contain a short one whole).
 """
@@ -19,6 +25,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import itertools
 import json
 import re
 from pathlib import Path
@@ -26,9 +33,11 @@ from pathlib import Path
 from ..datafiles import package_file, read_jsonl
 from ..errors import PardecError
 from ..tasks import benchmark_texts, humaneval, mtbench
+from . import synthetic
 
 # Word lists the prompts are built from: modules, topics, kinds of request (data, not code).
-LISTS = {k: tuple(v) for k, v in json.loads((Path(__file__).parent / "prompts.json").read_text()).items()}
+_RAW = json.loads((Path(__file__).parent / "prompts.json").read_text())
+LISTS = {k: tuple(v) if isinstance(v, list) else v for k, v in _RAW.items()}
 STDLIB_MODULES = LISTS["stdlib_modules"]
 MORE_STDLIB_MODULES = LISTS["more_stdlib_modules"]  # more modules for builtin:code-complete
 CODE_TASKS, CODE_TASKS_2 = LISTS["code_tasks"], LISTS["code_tasks_2"]  # builtin:code-tasks, code-tasks2
@@ -211,6 +220,23 @@ def chat_prompts() -> list[dict]:
     return _crossed("chat", CHAT_SUBJECTS, CHAT_REQUESTS)
 
 
+def heldout_prompts() -> list[dict]:
+    """Code, chat and math prompts in turn, none of them in another source: code tasks asked in
+    phrasings of their own, subject-template pairs and numbers the synthetic sources do not draw."""
+    train = {p["prompt"] for p in synthetic.math_prompts(_RAW) + synthetic.chat_prompts(_RAW)}
+    kinds = [
+        _crossed("heldout-code", CODE_TASKS_2, LISTS["heldout_code_requests"]),
+        [p for p in synthetic.chat_prompts(_RAW, draws=1, seed=1) if p["prompt"] not in train],
+        [p for p in synthetic.math_prompts(_RAW, per_template=1, seed=1) if p["prompt"] not in train],
+    ]
+    out = []
+    for group in itertools.zip_longest(*kinds):
+        out += [
+            {"id": "heldout-" + p["id"].removeprefix("heldout-"), "prompt": p["prompt"]} for p in group if p
+        ]
+    return out
+
+
 SOURCES = {
     "builtin:code": code_prompts,
     "builtin:code-methods": method_prompts,
@@ -219,6 +245,9 @@ SOURCES = {
     "builtin:code-complete": complete_prompts,
     "builtin:chat": chat_prompts,
     "builtin:sharegpt": sharegpt_prompts,
+    "builtin:math": lambda: synthetic.math_prompts(_RAW),
+    "builtin:chat-kinds": lambda: synthetic.chat_prompts(_RAW),
+    "builtin:heldout": heldout_prompts,
 }
 BUILTIN = tuple(SOURCES)
 

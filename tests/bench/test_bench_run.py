@@ -23,7 +23,8 @@ def test_bench_on_a_tiny_model_writes_all_files(tiny_dir, tmp_path, capsys):
     )
     stdout, err = capsys.readouterr()
     assert code == 0, err
-    for f in ("results.json", "results.md", "samples.jsonl", "speed_quality.png", "accepted_hist.png"):
+    for f in ("results.json", "results.md", "samples.jsonl", "speed_quality.png", "accepted_hist.png",
+              "reliability.png"):  # fmt: skip
         assert (out / f).stat().st_size > 0, f
     res = json.loads((out / "results.json").read_text())
     recs = {r["method"]: r for r in res["records"]}
@@ -44,9 +45,19 @@ def test_bench_on_a_tiny_model_writes_all_files(tiny_dir, tmp_path, capsys):
     assert set(recs["threshold@0.0"]["accepted_hist"]) <= {"1", "4"}  # whole blocks or the NTP token alone
     assert recs["ar"]["nll"] > 0
     assert "| spec@block_size=3 |" in stdout and res["meta"]["command"].startswith("pardec bench")
+    # spec's drafts: fed, accepted and how well their predicted reach held, bin by bin
+    spec = recs["spec@block_size=3"]
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    verified = [v for s in samples if s["method"] == "spec@block_size=3" for v in s["verified"]]
+    assert spec["drafts_fed"] == sum(len(p) for p, _ in verified) > 0
+    assert spec["drafts_accepted"] == sum(n for _, n in verified) <= spec["drafts_fed"]
+    assert sum(b["drafts"] for b in spec["reliability"]) == spec["drafts_fed"]
+    assert "drafts_fed" not in recs["ar"] and "fed drafts accepted" in stdout
 
 
 def test_method_specs_parse_and_reject_nonsense():
+    auto = parse_methods("threshold@auto,eb@gamma=auto", DecodeConfig())
+    assert auto[1].config.threshold is None and auto[2].config.gamma is None  # the calibrated values
     specs = parse_methods("threshold@0.7,eb@gamma=0.25,spec@8@temperature=0", DecodeConfig())
     assert [s.label for s in specs][0] == "ar"  # added: every speedup is relative to it
     assert (
@@ -55,6 +66,7 @@ def test_method_specs_parse_and_reject_nonsense():
     for bad in (
         "beam",
         "spec@colour=3",
+        "spec@block_size=auto",
         "threshold@high",
         "ar,ar",
         "threshold@1.5",

@@ -319,3 +319,52 @@ def test_profile_prints_the_step_cost_and_caches_it(tiny_dir, capsys, tmp_path, 
     assert run_cli(capsys, *args, "--refresh")[0] == 0 and cached.stat().st_mtime_ns != stamp
     code, _, err = run_cli(capsys, *args[:-1], "0")
     assert code == 2 and "block size" in err
+
+
+def test_calibrate_writes_beside_the_adapter_and_auto_settings_read_it(
+    tiny_dir, capsys, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("PARDEC_CACHE", str(tmp_path / "cache"))
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"prompt": "the cat", "response": "sat on the mat and ran far"}) + "\n"
+                            for _ in range(4)))  # fmt: skip
+    ck = tmp_path / "ck"
+    code, _, err = run_cli(capsys, "retrofit", "--model", tiny_dir, "--data", str(data), "--dtype",
+                           "float32", "--heldout", "1", "--steps", "1", "--eval-every", "1", "--rank", "4",
+                           "--alpha", "8", "--block-size", "3", "--out", str(ck))  # fmt: skip
+    assert code == 0, err
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(
+        "".join(json.dumps({"prompt": p}) + "\n" for p in ("hello world", "the dog", "one two"))
+    )
+    gen = [
+        "generate",
+        "--model",
+        tiny_dir,
+        "--dtype",
+        "float32",
+        "--prompt",
+        "hello",
+        "--max-new-tokens",
+        "6",
+    ]
+    code, _, err = run_cli(capsys, *gen, "--adapter", str(ck), "--method", "threshold", "--threshold", "auto")
+    assert code == 2 and "pardec calibrate" in err and len(err.strip().splitlines()) == 1
+    cal = ["calibrate", "--model", tiny_dir, "--dtype", "float32", "--prompts", str(prompts),
+           "--max-new-tokens", "8", "--thresholds", "0.9,0.5", "--gammas", "0.2"]  # fmt: skip
+    code, _, err = run_cli(capsys, *cal, "--adapter", "none")
+    assert code == 2 and "needs an adapter" in err
+    code, _, err = run_cli(capsys, *cal, "--adapter", str(ck), "--thresholds", "2")
+    assert code == 2 and "threshold must lie in [0, 1]" in err
+    code, out, err = run_cli(capsys, *cal, "--adapter", str(ck))
+    assert code == 0, err
+    assert "| threshold | 0.9 |" in out and "chosen:" in out
+    saved = json.loads((ck / "calibration.json").read_text())
+    assert saved["report"]["prompts"] == 3 and len(saved["acceptance"]) == len(saved["edges"])
+    for method, flag in (("threshold", "--threshold"), ("eb", "--gamma")):
+        value = saved["threshold" if method == "threshold" else "gamma"]
+        code, _, err = run_cli(capsys, *gen, "--adapter", str(ck), "--method", method, flag, "auto")
+        assert (code == 0) if value is not None else (code == 2 and "pardec calibrate" in err), err
+    with pytest.raises(SystemExit) as exit_:  # argparse's own usage error
+        run_cli(capsys, *gen, "--threshold", "high")
+    assert exit_.value.code == 2 and "expected a number or 'auto'" in capsys.readouterr().err

@@ -124,7 +124,7 @@ def test_adaptive_spec_with_good_drafts_feeds_them_on_a_flat_curve_and_sparingly
             start = len(row.committed) + len(upd.commit) - row.n_prompt
             row.state.tokens = self.truth[start : start + len(row.state.tokens)]
             if row.state.tokens:
-                row.state.reach = torch.ones(len(row.state.tokens))
+                row.state.reach = row.state.predicted = torch.ones(len(row.state.tokens))
             return upd
 
     Right.truth = ar.tokens + [0] * 8

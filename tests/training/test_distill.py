@@ -9,7 +9,7 @@ from pardec import load_model
 from pardec.cli import main
 from pardec.decoding import DecodeConfig
 from pardec.training.distill import distill
-from pardec.training.sources import ContaminationFilter, code_prompts, read_prompt_source
+from pardec.training.sources import BUILTIN, ContaminationFilter, code_prompts, read_prompt_source
 
 BENCH = [
     "def has_close_elements(numbers, threshold): Check if in given list of numbers, are any two numbers "
@@ -45,6 +45,8 @@ def test_code_prompts_come_from_the_standard_library():
         "builtin:code-tasks",
         "builtin:code-tasks2",
         "builtin:code-complete",
+        "builtin:math",
+        "builtin:chat-kinds",
     ],
 )
 def test_generated_prompts_are_distinct_and_clear_of_the_benchmarks(source):
@@ -57,6 +59,23 @@ def test_generated_prompts_are_distinct_and_clear_of_the_benchmarks(source):
     )
     f = ContaminationFilter.from_benchmarks()
     assert sum(map(f, texts)) <= len(texts) // 50  # at most a few overlap MT-bench/GSM8K/HumanEval
+
+
+def test_synthetic_prompts_are_reproducible_and_cover_every_kind():
+    math = read_prompt_source("builtin:math")
+    assert math == read_prompt_source("builtin:math")  # seeded: the same on every machine
+    assert "{" not in "".join(p["prompt"] for p in math)  # every placeholder filled
+    kinds = {p["id"].split("/")[0] for p in read_prompt_source("builtin:chat-kinds")}
+    assert kinds == {"writing", "roleplay", "reasoning", "stem", "humanities", "advice", "extraction",
+                     "summarising"}  # fmt: skip
+
+
+def test_heldout_prompts_are_in_no_other_source_and_alternate_kinds():
+    held = read_prompt_source("builtin:heldout")
+    others = {p["prompt"] for s in BUILTIN if s != "builtin:heldout" for p in read_prompt_source(s)}
+    assert len(held) > 60 and not {p["prompt"] for p in held} & others
+    assert [p["id"].split("/")[0] for p in held[:3]] != ["heldout-code"] * 3  # code, chat, math in turn
+    assert "heldout-math" in {p["id"].split("/")[0] for p in held[:3]}
 
 
 def test_the_second_code_task_set_repeats_no_prompt_of_the_first():

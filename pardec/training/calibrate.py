@@ -1,0 +1,152 @@
+"""`pardec calibrate`: what an adapter's confidences mean, measured on held-out prompts.
+
+1. Acceptance: `spec` decodes the prompts with its fixed shape (every draft fed and verified); each
+   draft whose predecessors were accepted gives a (confidence, accepted) pair, and an isotonic fit over
+   confidence bins maps confidence to acceptance probability (model/calibration.py). Adaptive `spec`
+   plans with it.
+2. The lossy methods' settings: `threshold` (tau) and `eb` (gamma) decode the same prompts at each
+   candidate value. Quality is the deviation rate: the share of generated tokens that are not the
+   model's own greedy choice given the text before them (one teacher-forced forward per answer; plain
+   AR scores 0 up to numerics, and spec's lossless answers give that floor). Among the values whose
+   deviation stays within `target` of the floor, the one with the most tokens per second by the
+   machine's step cost is kept (tokens per forward without a cost).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+from tqdm import tqdm
+
+from ..core.cost import StepCost
+from ..decoding import DecodeConfig, decode
+from ..decoding.engine import GenerationResult
+from ..model import LoadedModel
+from ..model import calibration as cal
+
+
+@dataclass(frozen=True)
+class CalibrateConfig:
+    target: float = 0.02  # most deviation per token above the lossless floor
+    thresholds: tuple[float, ...] = (0.95, 0.9, 0.85, 0.8, 0.7, 0.6)  # tried from the safest down
+    gammas: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.0)  # tried from the safest up
+    methods: tuple[str, ...] = ("threshold", "eb")
+    max_new_tokens: int = 256
+    batch_size: int = 4
+
+
+def deviation(lm: LoadedModel, prompt: list[int], tokens: list[int]) -> int:
+    """How many of `tokens` (generated after `prompt`) are not the model's greedy choice given the text
+    before them: one causal forward of the base model (gated adapters stay off without [MASK] inputs)."""
+    if not tokens:
+        return 0
+    ids = torch.tensor([prompt + tokens], device=lm.model.device)  # [1, T]
+    with torch.no_grad():
+        logits = lm.model(input_ids=ids, logits_to_keep=len(tokens) + 1).logits[0, :-1]  # [n, V]
+    logits[:, lm.mask_id] = float("-inf")
+    return int((logits.argmax(-1).cpu() != torch.tensor(tokens)).sum())
+
+
+def _seconds(results: list[GenerationResult], prompts: list[list[int]], slots: int, cost: StepCost) -> float:
+    """What the decodes would take on this machine by its step cost (every step's pending tokens at
+    its context), free of the noise of timing a loaded machine."""
+    total = 0.0
+    for r, p in zip(results, prompts):
+        context = len(p)
+        for fed, committed in zip(r.fed_per_step, r.accepted_per_step):
+            pending = max(1, fed - slots)
+            total += cost.seconds(pending, context, block=slots > 0)
+            context += committed
+    return total
+
+
+class _Scorer:
+    """Decodes the prompts with a config and measures tokens per forward, deviation and cost."""
+
+    def __init__(self, lm: LoadedModel, prompts: list[list[int]], cfg: CalibrateConfig, cost, progress: bool):
+        self.lm, self.prompts, self.cfg, self.cost, self.progress = lm, prompts, cfg, cost, progress
+
+    def decode(self, config: DecodeConfig, extras=None) -> list[GenerationResult]:
+        out = []
+        for i in range(0, len(self.prompts), self.cfg.batch_size):
+            batch = self.prompts[i : i + self.cfg.batch_size]
+            out += decode(self.lm.model, batch, config, self.lm.mask_id, self.lm.stop_ids, extras=extras)
+        return out
+
+    def score(self, config: DecodeConfig, results: list[GenerationResult] | None = None) -> dict:
+        results = results or self.decode(config)
+        tokens = sum(len(r.tokens) for r in results)
+        forwards = sum(r.forwards for r in results)
+        bad = sum(deviation(self.lm, p, r.tokens) for p, r in zip(self.prompts, results))
+        row = {"tokens": tokens, "forwards": forwards, "tpf": round(tokens / max(forwards, 1), 4),
+               "deviation": round(bad / max(tokens, 1), 5)}  # fmt: skip
+        if self.cost is not None:
+            seconds = _seconds(results, self.prompts, config.slots, self.cost)
+            ar = sum(
+                self.cost.seconds(1, len(p) + j)
+                for p, r in zip(self.prompts, results)
+                for j in range(len(r.tokens))
+            )
+            row["predicted_speedup"] = round(ar / seconds, 4) if seconds else None  # fmt: skip
+        return row
+
+
+def calibrate(
+    lm: LoadedModel,
+    prompts: list[list[int]],
+    cfg: CalibrateConfig,
+    base: DecodeConfig,
+    cost: StepCost | None,
+    progress: bool = True,
+) -> cal.Calibration:
+    """Fit the acceptance calibration and choose threshold / eb settings on `prompts` (token ids)."""
+    if lm.adapter is None:
+        raise ValueError("calibrate needs an adapter: the plain model's block slots are untrained")
+    scorer = _Scorer(lm, prompts, cfg, cost, progress)
+    steps = 1 + len(cfg.thresholds) * ("threshold" in cfg.methods) + len(cfg.gammas) * ("eb" in cfg.methods)
+    bar = tqdm(total=steps, desc="calibrate", unit="setting", disable=not progress)
+    common = dataclasses.replace(base, temperature=0.0, max_new_tokens=cfg.max_new_tokens)
+
+    # 1. Acceptance, from spec's fixed shape with the raw confidences.
+    spec = dataclasses.replace(common, method="spec", adaptive=False, block_reach=0.7)
+    results = scorer.decode(spec, extras={"calibration": None})
+    verified = [s for r in results for s in r.verified_per_step]
+    confidence, accepted = cal.observations(verified)
+    fitted = cal.fit(confidence, accepted, cal.weights_sha256(lm.adapter))
+    floor = scorer.score(spec, results)
+    bar.update()
+    candidates = [{"method": "spec", "value": None, **floor}]
+
+    def choose(method: str, field: str, values: tuple[float, ...]) -> float | None:
+        best, best_rate = None, None
+        for v in values:
+            row = scorer.score(dataclasses.replace(common, method=method, **{field: v}))
+            ok = row["deviation"] <= floor["deviation"] + cfg.target
+            candidates.append({"method": method, "value": v, **row, "within_target": ok})
+            bar.update()
+            bar.set_postfix_str(f"{method} {v}: TPF {row['tpf']:.2f}, deviation {row['deviation']:.3f}")
+            if not ok:
+                break  # the values after this one are riskier still
+            rate = row.get("predicted_speedup") or row["tpf"]
+            if best_rate is None or rate > best_rate:
+                best, best_rate = v, rate
+        return best
+
+    threshold = choose("threshold", "threshold", cfg.thresholds) if "threshold" in cfg.methods else None
+    gamma = choose("eb", "gamma", cfg.gammas) if "eb" in cfg.methods else None
+    bar.close()
+    predicted = [tuple(fitted.reach(torch.tensor(r)).tolist()) for r, _ in verified]
+    report = {
+        "prompts": len(prompts),
+        "max_new_tokens": cfg.max_new_tokens,
+        "target": cfg.target,
+        "block_size": spec.block_size,
+        "dtype": str(lm.model.dtype).removeprefix("torch."),
+        "drafts_observed": len(confidence),
+        "candidates": candidates,
+        "reliability_raw": cal.reliability(verified),
+        "reliability_calibrated": cal.reliability(list(zip(predicted, (n for _, n in verified)))),
+    }
+    return dataclasses.replace(fitted, threshold=threshold, gamma=gamma, report=report)

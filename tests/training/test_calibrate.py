@@ -1,0 +1,85 @@
+"""`pardec calibrate` on a tiny trained adapter: the acceptance fit, the lossy settings it chooses,
+and how decoding reads them back (adaptive spec's plan, --threshold auto)."""
+
+import dataclasses
+
+import pytest
+import torch
+from test_training import train, train_cfg
+from tiny import counting_model
+
+from pardec.api import configure
+from pardec.decoding import DecodeConfig, decode
+from pardec.errors import PardecError
+from pardec.model import LoadedModel, calibration, checkpoint
+from pardec.training.calibrate import CalibrateConfig, calibrate, deviation
+from pardec.training.data import Example
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A counting model with a gated adapter trained on its own outputs, loaded from its checkpoint."""
+    model, mask_id, prompts = counting_model()
+    outs = decode(model, prompts, DecodeConfig(method="ar", max_new_tokens=40), mask_id)
+    data = [Example(p + o.tokens, len(p)) for p, o in zip(prompts[:32], outs[:32])]
+    out = tmp_path_factory.mktemp("cal") / "ck"
+    train(model, data, train_cfg(steps=60, lr=1e-2, blocks_per_sequence=16, eval_every=60), out)
+    settings = checkpoint.read_settings(out)
+    return LoadedModel(model, None, "tiny", out, settings), prompts[32:]
+
+
+def test_deviation_counts_tokens_that_are_not_the_models_greedy_choice(trained):
+    lm, prompts = trained
+    ar = decode(lm.model, prompts[:2], DecodeConfig(method="ar", max_new_tokens=12), lm.mask_id)
+    assert [deviation(lm, p, r.tokens) for p, r in zip(prompts, ar)] == [0, 0]
+    wrong = list(ar[0].tokens)
+    wrong[3] = (wrong[3] + 1) % 32
+    assert deviation(lm, prompts[0], wrong) >= 1
+
+
+def test_calibrate_fits_acceptance_and_chooses_settings_within_the_target(trained, tmp_path):
+    lm, prompts = trained
+    cfg = CalibrateConfig(target=0.05, thresholds=(0.95, 0.5, 0.0), gammas=(0.1, 5.0), max_new_tokens=24)
+    base = DecodeConfig(method="spec", block_size=4)
+    result = calibrate(lm, prompts, cfg, base, cost=None, progress=False)
+    rep = result.report
+    assert rep["drafts_observed"] > 20 and list(result.acceptance) == sorted(result.acceptance)
+    floor = rep["candidates"][0]
+    assert floor["method"] == "spec" and floor["deviation"] == 0.0  # lossless, fp32
+    for method, chosen, values in (
+        ("threshold", result.threshold, cfg.thresholds),
+        ("eb", result.gamma, cfg.gammas),
+    ):
+        tried = [c for c in rep["candidates"] if c["method"] == method]
+        assert [c["value"] for c in tried] == list(values[: len(tried)])  # safest first
+        # Tried until the first miss (the values after it are riskier still); the fastest within wins.
+        assert all(c["within_target"] for c in tried[:-1])
+        ok = [c for c in tried if c["within_target"]]
+        assert chosen == (max(ok, key=lambda c: c["tpf"])["value"] if ok else None)
+    assert rep["reliability_raw"] and rep["reliability_calibrated"]
+    assert result.adapter_sha256 == calibration.weights_sha256(lm.adapter)
+
+
+def test_auto_settings_come_from_the_saved_calibration(trained):
+    lm, prompts = trained
+    auto = DecodeConfig(method="threshold", threshold=None, block_size=4, max_new_tokens=16)
+    with pytest.raises(PardecError, match="pardec calibrate"):
+        configure(lm, auto)
+    fitted = calibration.fit(torch.rand(50), torch.rand(50) < 0.5, calibration.weights_sha256(lm.adapter))
+    calibration.save(lm.adapter, dataclasses.replace(fitted, threshold=0.6, gamma=0.3))
+    try:
+        lm2 = dataclasses.replace(lm)  # a fresh LoadedModel: calibration is read once per load
+        config, _ = configure(lm2, auto)
+        assert config.threshold == 0.6
+        assert configure(lm2, dataclasses.replace(auto, method="eb", gamma=None))[0].gamma == 0.3
+        # spec plans with the calibrated reach, and stays the model's own output.
+        spec, extras = configure(lm2, DecodeConfig(method="spec", block_size=4, max_new_tokens=24))
+        assert extras["calibration"] == lm2.calibration
+        ar = decode(lm.model, prompts[:2], DecodeConfig(method="ar", max_new_tokens=24), lm.mask_id)
+        got = decode(lm.model, prompts[:2], spec, lm.mask_id, extras=extras)
+        assert [g.tokens for g in got] == [a.tokens for a in ar]
+        predicted = [p for g in got for p, _ in g.verified_per_step]
+        assert predicted and all(0.0 <= x <= 1.0 for p in predicted for x in p)
+        assert all(list(p) == sorted(p, reverse=True) for p in predicted)  # a reach only falls
+    finally:
+        (lm.adapter / calibration.FILE).unlink()
