@@ -24,6 +24,12 @@ def add_arguments(r) -> None:
     r.add_argument("--blocks-per-sequence", type=int, default=t.blocks_per_sequence)
     r.add_argument("--ntp-weight", type=float, default=t.ntp_weight, help="sbd: next-token loss weight")
     r.add_argument("--decay", type=float, default=None, help="position-decayed loss weights exp(-j/decay)")
+    r.add_argument("--kl-weight", type=float, default=t.kl_weight,
+                   help="share of each slot's loss taken against the base model's own next-token "
+                        "distribution instead of the clean token, in [0, 1] (gated-lora; default 0)")
+    r.add_argument("--chain", action="store_true",
+                   help="weight each slot's loss by the probability its block gets the earlier slots right "
+                        "(acceptance length)")
     r.add_argument("--init-from", metavar="CHECKPOINT",
                    help="start from this checkpoint's weights (same --kind; block size, objective, data, a "
                         "subset of its --targets and a larger --rank may differ: a larger rank starts from "
@@ -46,7 +52,8 @@ def run(args) -> None:
     cfg = TrainConfig(
         objective=args.objective, adapter=args.kind, block_size=args.block_size,
         min_block_size=args.min_block_size, blocks_per_sequence=args.blocks_per_sequence,
-        ntp_weight=args.ntp_weight, decay=args.decay, lora_rank=args.rank, lora_alpha=args.alpha,
+        ntp_weight=args.ntp_weight, decay=args.decay, kl_weight=args.kl_weight, chain=args.chain,
+        lora_rank=args.rank, lora_alpha=args.alpha,
         lora_targets=parse_targets(args.targets), init_from=args.init_from, **common.run_settings(args),
     )  # fmt: skip
 

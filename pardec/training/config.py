@@ -20,6 +20,12 @@ class TrainConfig:
     blocks_per_sequence: int = 16  # K noised blocks trained per sequence in one forward
     ntp_weight: float = 0.0  # sbd: weight of the next-token loss on the clean stream (not gated-lora)
     decay: float | None = None  # position-decayed weights exp(-(j)/decay) along the block; None = flat
+    # Soft targets: this share of each slot's loss is the cross-entropy against the base model's own
+    # next-token distribution at the slot's position (gated-lora, whose clean stream is the base model)
+    kl_weight: float = 0.0
+    # Aim at acceptance length: slot j's loss is weighted by the probability the block gives the right
+    # tokens at its earlier slots (detached), so later slots count only while the earlier ones are right
+    chain: bool = False
     lora_rank: int = 16
     lora_alpha: float = 32.0
     lora_targets: tuple[str, ...] = TARGETS  # linear layers adapted (by name), in every transformer layer
@@ -57,3 +63,8 @@ class TrainConfig:
             raise PardecError("a LoRA run needs at least one target layer")
         if self.decay is not None and self.decay <= 0:
             raise PardecError("decay must be > 0")
+        if not 0.0 <= self.kl_weight <= 1.0:
+            raise PardecError(f"kl weight must lie in [0, 1], got {self.kl_weight}")
+        if self.kl_weight > 0 and self.adapter != "gated-lora":
+            raise PardecError("the KL target is the base model's distribution: it needs gated-lora, whose "
+                              "clean stream is the base model")  # fmt: skip
