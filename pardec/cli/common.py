@@ -139,6 +139,12 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
                         "step costs on this machine (measured once, cached) and how likely the drafts "
                         f"are; lossless (default {'on' if d.adaptive else 'off'}; --no-adaptive: the fixed "
                         "shapes)")
+    p.add_argument("--tree", type=int, default=d.tree,
+                   help="spec: branches per step, a tree: the next choices for the draft most worth an "
+                        "alternative, each carrying on with the drafts after it (default 0: a chain; with "
+                        "--adaptive fed only where they pay on this machine); lossless")
+    p.add_argument("--tree-depth", type=int, default=d.tree_depth,
+                   help=f"spec: drafts each branch carries on with (default {d.tree_depth})")
     p.add_argument("--gamma", type=auto_or_float, default=d.gamma,
                    help="eb: entropy budget in nats per forward, or 'auto': the one `pardec calibrate` "
                         f"chose for the adapter (default {d.gamma})")
@@ -165,6 +171,8 @@ def decode_config(args):
         draft_cutoff=args.draft_cutoff,
         block_reach=args.block_reach,
         adaptive=args.adaptive,
+        tree=args.tree,
+        tree_depth=args.tree_depth,
         temperature=args.temperature,
         top_p=args.top_p,
         seed=args.seed,

@@ -10,6 +10,10 @@ its own position (slot 0 of a block after all pending text predicts what the las
 Own-position prediction is what lets the entropy-bounded sampler reveal any subset of slots: a revealed
 slot holds its token at its own position. A row may feed several blocks, each starting after a
 different prefix of its pending tokens; each sees only that prefix and itself.
+
+A causal block is a tree's branch: tokens (an alternative to a draft, then the drafts after it) that
+continue the prefix before its start, each seeing only its ancestors; its logits predict the token
+after each, as NTP logits do. Every row feeds blocks of the same sizes and kinds, in the same order.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from .masks import CLEAN, additive, block_attention
 @dataclass
 class StepOutput:
     ntp_logits: torch.Tensor  # [B, N, V] float32: NTP logits of the last N pending slots
-    block_logits: torch.Tensor  # [B, NB * D, V] float32, block after block
+    block_logits: torch.Tensor  # [B, sum of block sizes, V] float32, block after block
     fed_pos: torch.Tensor  # [B, P] logical positions of the pending slots (padding: 0)
     pending_valid: torch.Tensor  # [B, P] bool: real (not padding) pending slots
     # When asked: transformers' hidden states (embeddings, then each layer's output), each [B, P, H]
@@ -40,7 +44,8 @@ class Block(NamedTuple):
     it does not see (spec feeds blocks for several possible acceptance lengths)."""
 
     back: int
-    slots: list[int]  # D slot tokens: [MASK], or a revealed token
+    slots: list[int]  # D slot tokens: [MASK], or a revealed token; a branch's tokens when causal
+    causal: bool = False  # a branch of a tree: causal inside, not bidirectional
 
 
 @torch.no_grad()
@@ -48,7 +53,7 @@ def block_step(
     model,
     cache: BlockCache,
     pending: list[list[int]],  # per row: tokens fed causally, at positions n_cached, n_cached + 1, ...
-    blocks: list[list[Block]] | None,  # per row: the same number of blocks of D slots; None = AR
+    blocks: list[list[Block]] | None,  # per row: blocks of the same sizes and kinds; None = AR
     n_ntp: int,  # NTP logits wanted per row, counted from the end of pending
     mask_id: int,  # never predicted; gated adapters act where it is the input
     pad_id: int = 0,
@@ -57,8 +62,10 @@ def block_step(
     device = cache.k_pos.device
     B = len(pending)
     P = max(len(p) for p in pending)
-    NB = len(blocks[0]) if blocks else 0
-    D = len(blocks[0][0].slots) if NB else 0
+    shape = [(len(b.slots), b.causal) for b in blocks[0]] if blocks else []
+    assert all([(len(b.slots), b.causal) for b in row] == shape for row in blocks or ()), "ragged blocks"
+    sizes = [n for n, _ in shape]
+    NB, N = len(sizes), sum(sizes)  # blocks per row, slots per row
     n_ntp = min(n_ntp, P)
 
     lens = torch.tensor([len(p) for p in pending], device=device)  # [B]
@@ -66,24 +73,32 @@ def block_step(
     col = torch.arange(P, device=device)[None, :]  # [1, P]
     pending_valid = col >= (P - lens[:, None])  # [B, P] left padding
     fed_pos = (start[:, None] + col - (P - lens[:, None])).clamp_min(0) * pending_valid
-    ids = torch.full((B, P + NB * D), pad_id, dtype=torch.long, device=device)
+    ids = torch.full((B, P + N), pad_id, dtype=torch.long, device=device)
     for b, p in enumerate(pending):
         if p:
             ids[b, P - len(p) : P] = torch.tensor(p, device=device)
     q_pos, q_block = fed_pos, torch.full((B, P), CLEAN, device=device)
     q_start = torch.zeros(B, P, dtype=torch.long, device=device)
+    q_causal = None
     if NB:
         ids[:, P:] = torch.tensor([[t for b in row for t in b.slots] for row in blocks], device=device)
         backs = torch.tensor([[b.back for b in row] for row in blocks], device=device)  # [B, NB]
         block_start = (start + lens)[:, None] - backs  # [B, NB]
-        slot_start = block_start.repeat_interleave(D, 1)  # [B, NB * D]
-        slot_pos = slot_start + torch.arange(D, device=device).repeat(NB)[None, :]
+        per_slot = torch.tensor(sizes, device=device)
+        slot_start = block_start.repeat_interleave(per_slot, 1)  # [B, N]
+        offset = torch.cat([torch.arange(n, device=device) for n in sizes])  # [N] slot index in its block
+        slot_pos = slot_start + offset[None, :]
         q_pos = torch.cat([q_pos, slot_pos], 1)
         q_block = torch.cat(
-            [q_block, torch.arange(NB, device=device).repeat_interleave(D)[None, :].expand(B, -1)], 1
+            [q_block, torch.arange(NB, device=device).repeat_interleave(per_slot)[None, :].expand(B, -1)], 1
         )
         q_start = torch.cat([q_start, slot_start], 1)
-    q_valid = torch.cat([pending_valid, torch.ones(B, NB * D, dtype=torch.bool, device=device)], 1)
+        if any(c for _, c in shape):
+            causal = torch.tensor([c for n, c in shape for _ in range(n)], device=device)  # [N]
+            q_causal = torch.cat([torch.zeros(P, dtype=torch.bool, device=device), causal])[None].expand(
+                B, -1
+            )
+    q_valid = torch.cat([pending_valid, torch.ones(B, N, dtype=torch.bool, device=device)], 1)
 
     allowed = block_attention(
         q_pos,
@@ -93,7 +108,8 @@ def block_step(
         k_block=torch.cat([torch.full_like(cache.k_pos, CLEAN), q_block], 1),
         k_valid=torch.cat([cache.k_valid, q_valid], 1),
         q_valid=q_valid,
-    )  # [B, P + NB * D, S + P + NB * D]
+        q_causal=q_causal,
+    )  # [B, P + N, S + P + N]
     with gated(model, ids == mask_id):
         out = model(
             input_ids=ids,
@@ -101,10 +117,10 @@ def block_step(
             position_ids=q_pos,
             cache=cache.kv,
             use_cache=True,
-            logits_to_keep=n_ntp + NB * D,
+            logits_to_keep=n_ntp + N,
             output_hidden_states=hidden_states,
         )
-    logits = out.logits.float()  # [B, n_ntp + NB * D, V]
+    logits = out.logits.float()  # [B, n_ntp + N, V]
     logits[..., mask_id] = float("-inf")
     hidden = tuple(h[:, :P] for h in out.hidden_states) if hidden_states else None
     return StepOutput(logits[:, :n_ntp], logits[:, n_ntp:], fed_pos, pending_valid, hidden)

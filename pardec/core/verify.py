@@ -46,3 +46,60 @@ def accept_drafts(
             residual = p[i]
         return i, int(draw((residual / residual.sum())[None], generator)[0])
     return m, int(draw(p[m : m + 1], generator)[0])
+
+
+def accept_with_branches(
+    drafts: list[int],
+    draft_probs: torch.Tensor | None,  # [m, V]; None = greedy
+    target_logits: torch.Tensor,  # [m + 1, V] as for accept_drafts
+    fork: int,  # the draft (0-based) the branches are alternatives to
+    branches: list[list[int]],  # each: an alternative to drafts[fork], then drafts after it
+    branch_logits: list[torch.Tensor],  # each [len(branch), V]: the target's logits at each branch token
+    temperature: float,
+    top_p: float,
+    generator: torch.Generator | None,
+) -> tuple[int, list[int], int]:
+    """Verify a tree: the chain of drafts, and branches that replace drafts[fork] by an alternative
+    and continue with the drafts after it. Returns (chain drafts accepted, tokens to commit, the branch
+    taken or -1). A branch is tried only where the chain's draft at the fork is rejected.
+
+    Greedy: the branch whose alternative is the target's token at the fork, verified like a chain.
+    Sampling: after the chain's draft is rejected, the token must follow the residual r; each
+    alternative a, a fixed proposal, is accepted with probability r(a), else r loses a and is
+    renormalised (rejection sampling with point-mass proposals, so still exactly the target's
+    distribution); a taken branch verifies its drafts against their own proposals q as a chain does.
+    """
+    m = len(drafts)
+    if temperature == 0:
+        n, bonus = accept_drafts(drafts, None, target_logits, 0.0, top_p, generator)
+        if n != fork:
+            return n, drafts[:n] + [bonus], -1
+        for k, branch in enumerate(branches):
+            if branch[0] == bonus:
+                tail, tail_bonus = accept_drafts(branch[1:], None, branch_logits[k], 0.0, top_p, generator)
+                return fork, drafts[:fork] + branch[: 1 + tail] + [tail_bonus], k
+        return n, drafts[:n] + [bonus], -1
+    p = distribution(target_logits, temperature, top_p)  # [m + 1, V]
+    for i, d in enumerate(drafts):
+        q_d, p_d = draft_probs[i, d].item(), p[i, d].item()
+        u = torch.rand((), generator=generator).item()
+        if q_d > 0 and u * q_d < p_d:
+            continue
+        residual = (p[i] - draft_probs[i]).clamp_min(0)
+        if residual.sum() <= 0:
+            residual = p[i]
+        residual = residual / residual.sum()
+        if i == fork:
+            for k, branch in enumerate(branches):
+                a = branch[0]
+                if torch.rand((), generator=generator).item() < residual[a].item():
+                    rest = draft_probs[fork + 1 : fork + len(branch)]
+                    tail, tail_bonus = accept_drafts(branch[1:], rest, branch_logits[k], temperature, top_p,
+                                                     generator)  # fmt: skip
+                    return fork, drafts[:fork] + branch[: 1 + tail] + [tail_bonus], k
+                residual[a] = 0.0
+                if residual.sum() <= 0:  # cannot happen: r(a) = 1 is always accepted
+                    break
+                residual = residual / residual.sum()
+        return i, drafts[:i] + [int(draw(residual[None], generator)[0])], -1
+    return m, drafts + [int(draw(p[m : m + 1], generator)[0])], -1

@@ -26,6 +26,10 @@ class DecodeConfig:
     # spec: choose per step how many drafts to feed, or a plain AR step, by the measured step cost and
     # the drafts' calibrated acceptance (schedule.py); False: the fixed shapes below, every step
     adaptive: bool = True
+    # spec: a tree's branches per step, the draft's next `tree` choices at one fork, each carrying on
+    # with up to `tree_depth` drafts (0: a chain); with `adaptive`, fed only where they pay
+    tree: int = 0
+    tree_depth: int = 3
     temperature: float = 0.0  # 0 = greedy
     top_p: float = 1.0
     seed: int | None = None
@@ -50,6 +54,10 @@ class DecodeConfig:
             raise PardecError(f"block_at must be an integer >= 0 (or unset), got {self.block_at}")
         if not 0.0 <= self.draft_cutoff <= 1.0:
             raise PardecError(f"draft cutoff must lie in [0, 1], got {self.draft_cutoff}")
+        if not isinstance(self.tree, int) or not 0 <= self.tree <= 8:
+            raise PardecError(f"tree must be an integer in [0, 8], got {self.tree}")
+        if not isinstance(self.tree_depth, int) or self.tree_depth < 0:
+            raise PardecError(f"tree depth must be an integer >= 0, got {self.tree_depth}")
         if not isinstance(self.adaptive, bool):
             raise PardecError(f"adaptive must be true or false, got {self.adaptive!r}")
         if not 0.0 <= self.block_reach <= 1.0:

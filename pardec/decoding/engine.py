@@ -136,14 +136,15 @@ def decode(
     return [results[i] for i in range(len(prompts))]
 
 
-def _same_shape(blocks: list[list[Block] | None], mask_id: int) -> list[list[Block]] | None:
-    """Every row feeds the same blocks' shape: a row that wants none (a plain AR step while others
-    feed blocks) gets masked blocks of that shape, whose logits its policy never reads."""
-    shape = next((b for b in blocks if b is not None), None)
+def _same_shape(blocks: list[list[Block] | None], mask_id: int, pad_id: int = 0) -> list[list[Block]] | None:
+    """Every row feeds the same blocks' shape, the longest any row wants (rows want the same kinds in
+    the same order, some fewer of them): a row that wants fewer (a plain AR step, or no branch while
+    others feed one) gets filler blocks of that shape, whose logits its policy never reads."""
+    shape = max((b for b in blocks if b is not None), key=len, default=None)
     if shape is None:
         return None
-    filler = [Block(0, [mask_id] * len(b.slots)) for b in shape]
-    return [filler if b is None else b for b in blocks]
+    filler = [Block(0, [pad_id if b.causal else mask_id] * len(b.slots), b.causal) for b in shape]
+    return [filler if b is None else b + filler[len(b) :] for b in blocks]
 
 
 def _truncate(row: Row, tokens: list[int], stop_ids, on_commit) -> list[int]:

@@ -85,15 +85,18 @@ def plan_step(plan: Plan, reach: torch.Tensor | None, n_drafts: int, context: in
         plan.tokens = plan.seconds = None  # after the probe, fresh evidence decides
 
 
-def record(plan: Plan, reach: torch.Tensor | None, fed: int, accepted: int, seconds: float | None) -> None:
-    """After a verified step: what was predicted for the fed drafts against what was accepted, and
-    for a block step (`seconds`: its cost) the tokens it committed."""
+def record(plan: Plan, reach: torch.Tensor | None, fed: int, accepted: int, seconds: float | None,
+           committed: int | None = None) -> None:  # fmt: skip
+    """After a verified step: what was predicted for the fed drafts against how many of them were
+    accepted, and for a block step (`seconds`: its cost) the tokens it committed (`committed`, when a
+    tree's branch committed more than the accepted drafts and the bonus)."""
+    tokens = 1.0 + accepted if committed is None else float(committed)
     if fed and reach is not None:
         plan.predicted += float(reach[:fed].float().sum())
         plan.observed += accepted
     if seconds is not None and fed:  # block steps that verified drafts: what feeding them pays
         if plan.tokens is None:
-            plan.tokens, plan.seconds = 1.0 + accepted, seconds
+            plan.tokens, plan.seconds = tokens, seconds
         else:
-            plan.tokens += EMA * (1.0 + accepted - plan.tokens)
+            plan.tokens += EMA * (tokens - plan.tokens)
             plan.seconds += EMA * (seconds - plan.seconds)

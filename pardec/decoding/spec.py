@@ -10,6 +10,12 @@ the block sits after the drafts likely to be accepted: those whose confidences' 
 block_reach. `block_at` fixes L instead. More `draft_blocks` also sit after 0, 1, ... drafts, as
 fallbacks for shorter acceptances. Greedy: token for token the model's; sampling: rejection sampling.
 
+With `tree` > 0, the step also feeds a tree's branches: at the fed draft most worth an alternative
+(the likeliest to be reached, times the probability its block put on its next choices), the next
+`tree` choices each followed by up to `tree_depth` drafts after it, as causal blocks. Where the chain's
+draft there is rejected, a branch may continue (core/verify.py: still exactly the model's output).
+The block that drafts next must sit before the fork for a taken branch to keep its drafts.
+
 With `adaptive`, how many drafts each step feeds, and whether it is a plain AR step instead, follows
 the measured cost of a step on this machine and the drafts' calibrated acceptance (schedule.py; the
 adapter's `calibration.json` maps confidences to acceptance probabilities where it has one).
@@ -21,6 +27,7 @@ from dataclasses import dataclass, field
 
 from ..core import cost as step_cost
 from ..core.step import Block
+from ..core.verify import accept_with_branches
 from . import schedule
 from .policy import Method, register
 from .state import Row, Update
@@ -55,15 +62,62 @@ class Speculative(Verifier):
         st.predicted = st.reach
         if self.calibration is not None and st.reach is not None:
             st.predicted = self.calibration.reach(st.reach)
+        if self.cfg.tree and st.tokens:
+            # Each draft's next choices: the block's most likely tokens other than the draft itself.
+            probs = logits[: len(st.tokens)].float().softmax(-1)  # [m, V]
+            top = probs.topk(self.cfg.tree + 1, -1)
+            st.alts, st.alt_mass = [], []
+            for d, toks, ps in zip(st.tokens, top.indices.tolist(), top.values.tolist()):
+                alts = [(t, p) for t, p in zip(toks, ps) if t != d][: self.cfg.tree]
+                st.alts.append([t for t, _ in alts])
+                st.alt_mass.append(sum(p for _, p in alts))
 
     def drafts(self, row):
+        st: Drafts = row.state
         if self.cost is not None:
-            st: ScheduledDrafts = row.state
             schedule.plan_step(
                 st.plan, st.predicted, len(st.tokens), len(row.committed), self.cost, MAX_BACKOFF
             )
             st.keep(st.plan.fed)  # the rest are unlikely enough not to pay for their place
+        st.fork = self.plan_fork(row)
         return super().drafts(row)
+
+    def plan_fork(self, row) -> int | None:
+        """The fed draft the branches replace, or None for no branches: the one with the most expected
+        tokens from its alternatives (reach before it times their probability, times one plus the
+        drafts they carry on with); with `adaptive`, only where those tokens pay for the branch tokens."""
+        st: Drafts = row.state
+        m = len(st.tokens)
+        if not self.cfg.tree or not m or st.alts is None or (self.cost is not None and not st.plan.block):
+            return None
+        reach = [1.0] * m if st.predicted is None else st.predicted[:m].tolist()
+        depth = self.cfg.tree_depth
+        gains = []
+        for i in range(m):
+            before = reach[i - 1] if i else 1.0
+            # The drafts after the fork, accepted in turn with their chain's conditional probabilities.
+            carry, chain = 0.0, 1.0
+            for j in range(i + 1, min(m, i + 1 + depth)):
+                chain *= reach[j] / max(reach[j - 1], 1e-9)
+                carry += chain
+            gains.append(before * st.alt_mass[i] * (1.0 + carry))
+        fork = max(range(m), key=gains.__getitem__)
+        if self.cost is not None:
+            expected = 1.0 + sum(reach)
+            context = len(row.committed)
+            extra = self.cfg.tree * (1 + depth)
+            without = expected / self.cost.seconds(1 + m, context, block=True)
+            with_tree = (expected + gains[fork]) / self.cost.seconds(1 + m + extra, context, block=True)
+            if with_tree <= without:
+                return None
+        return fork
+
+    def branches(self, row) -> list[list[int]]:
+        """The branches' tokens (without padding): each alternative, then the drafts after the fork."""
+        st: Drafts = row.state
+        f = st.fork
+        after = st.tokens[f + 1 : f + 1 + self.cfg.tree_depth]
+        return [[a] + after for a in st.alts[f]]
 
     def block_lengths(self, row: Row) -> list[int]:
         """Numbers of drafts to feed a block after: the first block's, then 0, 1, ...; repeated to the
@@ -80,36 +134,65 @@ class Speculative(Verifier):
         return ns + [first] * (self.cfg.draft_blocks - len(ns))
 
     def blocks(self, row):
-        if self.cost is not None and not row.state.plan.block:
+        st: Drafts = row.state
+        if self.cost is not None and not st.plan.block:
             return None  # a plain AR step
-        m = len(row.state.tokens)
+        m = len(st.tokens)
         masks = [self.mask_id] * self.cfg.block_size
-        return [Block(m - n, masks) for n in self.block_lengths(row)]
+        out = [Block(m - n, masks) for n in self.block_lengths(row)]
+        if st.fork is not None:  # branches start where the fork's draft sits, padded to one length
+            width = 1 + self.cfg.tree_depth
+            out += [Block(m - st.fork, b + [0] * (width - len(b)), causal=True) for b in self.branches(row)]
+        return out
+
+    def _verify_tree(self, row, ntp, block) -> tuple[int, list[int], int]:
+        """(chain drafts accepted, tokens to commit, drafts the committed path accepted)."""
+        st: Drafts = row.state
+        m = len(st.tokens)
+        if st.fork is None:
+            n, commit = self.verify(row, ntp)
+            return n, commit, n
+        start = len(self.block_lengths(row)) * self.cfg.block_size
+        width = 1 + self.cfg.tree_depth
+        branches = self.branches(row)
+        logits = [block[start + k * width : start + k * width + len(b)] for k, b in enumerate(branches)]
+        n, commit, taken = accept_with_branches(
+            st.tokens, None if self.cfg.temperature == 0 else st.probs, ntp[-(m + 1) :], st.fork, branches,
+            logits, self.cfg.temperature, self.cfg.top_p, self.gen,
+        )  # fmt: skip
+        return n, commit, len(commit) - 1
 
     def update(self, row, ntp, block):
-        predicted, fed = row.state.predicted, len(row.state.tokens)
-        n, commit = self.verify(row, ntp)
+        st: Drafts = row.state
+        predicted, fed, fork = st.predicted, len(st.tokens), st.fork
+        n, commit, path = self._verify_tree(row, ntp, block)
         shown = None if predicted is None or not fed else tuple(predicted[:fed].tolist())
         if self.cost is not None:
-            plan = row.state.plan
+            plan = st.plan
             # The step's context: committed text before it (row.committed is not extended yet).
-            seconds = self.cost.seconds(1 + fed, len(row.committed), block=True) if plan.block else None
-            schedule.record(plan, predicted, fed, n, seconds)
+            extra = 0 if fork is None else self.cfg.tree * (1 + self.cfg.tree_depth)
+            seconds = (
+                self.cost.seconds(1 + fed + extra, len(row.committed), block=True) if plan.block else None
+            )
+            schedule.record(plan, predicted, fed, n, seconds, committed=len(commit))
             if not plan.block:  # an AR step: no block, so no drafts for the next one
-                row.state.clear()
+                st.clear()
                 return Update(commit=commit, keep_drafts=n, predicted=shown)
         lengths = self.block_lengths(row)
-        L = max((x for x in lengths if x <= n), default=None)
+        # A block's drafts hold if it saw only committed text: after a taken branch, only the drafts
+        # before the fork were (path > n then).
+        seen = n if path == n else fork
+        L = max((x for x in lengths if x <= seen), default=None)
         D = self.cfg.block_size
         # Slot j of the block after L drafts sits where draft L + 1 + j did; the bonus sits at draft
-        # position n + 1, so the slots after n - L are the next drafts.
-        first = 1 + n - L if L is not None else D
+        # position path + 1, so the slots after path - L are the next drafts.
+        first = 1 + path - L if L is not None else D
         if first < D:
             k = lengths.index(L)
             self.set_drafts(row, block[k * D + first : (k + 1) * D])
         else:
             # No block was fed early enough: the next forward drafts afresh.
-            row.state.clear()
+            st.clear()
         return Update(commit=commit, keep_drafts=n, predicted=shown)
 
 

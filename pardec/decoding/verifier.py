@@ -21,10 +21,16 @@ class Drafts:
     probs: torch.Tensor | None = None  # [m, V] the distributions they were drawn from (sampling only)
     reach: torch.Tensor | None = None  # [m] product of the draft confidences up to each draft
     predicted: torch.Tensor | None = None  # [m] predicted reach: P(drafts 1..i all accepted), if known
+    # Trees (spec's `tree`): each draft's next most likely tokens, [m] lists, and their summed
+    # probability [m]; the draft the next step's branches replace (None: no branches)
+    alts: list[list[int]] | None = None
+    alt_mass: list[float] | None = None
+    fork: int | None = None
 
     def clear(self) -> None:
         """No drafts for the next forward; their distributions and confidences go with them."""
         self.tokens, self.probs, self.reach, self.predicted = [], None, None, None
+        self.alts = self.alt_mass = self.fork = None
 
     def keep(self, k: int) -> None:
         """Only the first k drafts."""
@@ -32,6 +38,8 @@ class Drafts:
         self.probs = None if self.probs is None else self.probs[:k]
         self.reach = None if self.reach is None else self.reach[:k]
         self.predicted = None if self.predicted is None else self.predicted[:k]
+        self.alts = None if self.alts is None else self.alts[:k]
+        self.alt_mass = None if self.alt_mass is None else self.alt_mass[:k]
 
 
 class Verifier(Policy):

@@ -161,7 +161,7 @@ def test_spec_takes_next_drafts_from_the_block_started_at_or_before_the_accepted
         None,
     )
     row = Row(index=0, committed=[5], n_prompt=1, budget=100, state=Drafts([1, 2, 3]))
-    [(back, _)] = policy.blocks(row)
+    [(back, _, _)] = policy.blocks(row)
     assert back == 3 - (3 if block_at is None else block_at)
     target = [1, 2, 3, 9][:accepted] + [7]  # the target's tokens after 5, 1, 2, 3: reject at `accepted`
     ntp = one_hot_logits(target + [0] * (4 - len(target)), V)  # [4, V] at 5, d1, d2, d3
@@ -209,7 +209,7 @@ def test_block_reach_feeds_the_block_after_the_likely_accepted_drafts(draft_bloc
     row = Row(index=0, committed=[5], n_prompt=1, budget=100, state=Drafts())
     policy.set_drafts(row, logits_with_confidence([1, 2, 3, 4], [0.9, 0.8, 0.5, 0.9], V))  # .9 .72 .36 .32
     assert row.state.tokens == [1, 2, 3, 4]  # block_reach only places the block; every draft is fed
-    assert [back for back, _ in policy.blocks(row)] == [2, 4][:draft_blocks]
+    assert [b.back for b in policy.blocks(row)] == [2, 4][:draft_blocks]
     target = [1, 2, 3, 4][:accepted] + [9]
     ntp = one_hot_logits(target + [0] * (5 - len(target)), V)  # [5, V] at 5, d1..d4
     block = one_hot_logits([20, 21, 22, 23, 24, 30, 31, 32, 33, 34][: 5 * draft_blocks], V)  # [NB * D, V]
