@@ -56,6 +56,19 @@ class BlockCache:
             self.n_cached[b] += n
         assert self.kv.get_seq_length() == self.length
 
+    def add_rows(self, n: int) -> None:
+        """n new rows with nothing cached: their slots hold copies of row 0's K/V (the public Cache API
+        can select rows, not create them), all marked invalid, so the new rows see none of it."""
+        B = self.k_pos.shape[0]
+        if self.kv.get_seq_length() > 0:
+            if B == 0:
+                raise ValueError("cannot add rows to an empty batch that still holds K/V")
+            self.kv.batch_select_indices(torch.tensor(list(range(B)) + [0] * n, device=self.k_pos.device))
+        S = self.length
+        self.k_pos = torch.cat([self.k_pos, self.k_pos.new_zeros(n, S)], 0)
+        self.k_valid = torch.cat([self.k_valid, self.k_valid.new_zeros(n, S)], 0)
+        self.n_cached += [0] * n
+
     def select(self, rows: list[int]) -> None:
         """Keep only these batch rows (finished sequences leave the batch)."""
         idx = torch.tensor(rows, dtype=torch.long, device=self.k_pos.device)

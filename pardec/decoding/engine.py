@@ -47,6 +47,128 @@ def context_limit(model) -> int | None:
     return getattr(model.config, "max_position_embeddings", None)
 
 
+class Session:
+    """A running batch that rows join and leave between steps (continuous batching): `add` a prompt,
+    `step` until `active` is empty; each step returns the rows that finished. A row that joins sees
+    only its own text: its cache slots start empty, and it is decoded exactly as it would be alone
+    (greedy; with sampling, the draws depend on the batch)."""
+
+    def __init__(
+        self,
+        model,
+        config: DecodeConfig,
+        mask_id: int,
+        stop_ids: set[int] | frozenset[int] = frozenset(),
+        on_commit: CommitHook | None = None,
+        extras: Mapping[str, Any] | None = None,
+    ):
+        self.model, self.cfg, self.mask_id = model, config, mask_id
+        self.stop_ids, self.on_commit = stop_ids, on_commit
+        self.limit = context_limit(model)
+        gen = None
+        if config.temperature > 0:
+            gen = torch.Generator(device=model.device)
+            gen.manual_seed(config.seed if config.seed is not None else torch.seed())
+        self.policy = METHODS[config.method].policy(config, mask_id, gen, model, extras or {})
+        self.rows: list[Row] = []
+        self.cache = BlockCache.empty(0, model.config, model.device)
+        self._next = 0
+        self._started: dict[int, float] = {}
+        self._stepped = False
+
+    @property
+    def active(self) -> list[int]:
+        """Indices of the rows still decoding."""
+        return [r.index for r in self.rows]
+
+    def check(self, prompt: list[int], index: int | str = "") -> None:
+        """Refuse a prompt this model cannot decode (before it joins anything)."""
+        if not prompt:
+            raise PardecError(f"prompt {index} is empty")
+        if self.limit is not None and len(prompt) + 2 * self.cfg.slots + 2 > self.limit:
+            raise PardecError(f"prompt {index} has {len(prompt)} tokens, more than the model's context "
+                              f"of {self.limit} allows")  # fmt: skip
+
+    def add(self, prompt: list[int], max_new_tokens: int | None = None) -> int:
+        """A new row, decoded from the next step on; returns its index (0, 1, ... in order of joining)."""
+        if self._stepped and not self.policy.joinable:
+            raise PardecError(f"{self.cfg.method} decodes a fixed batch: rows cannot join a running one")
+        index = self._next
+        self.check(prompt, index)
+        self._next += 1
+        # Room for the block slots and drafts fed beyond the committed text must stay inside the context.
+        budget = max_new_tokens or self.cfg.max_new_tokens
+        if self.limit:
+            budget = min(budget, self.limit - len(prompt) - (2 * self.cfg.slots + 1))
+        self.rows.append(Row(index=index, committed=list(prompt), n_prompt=len(prompt), budget=budget,
+                             state=self.policy.new_state()))  # fmt: skip
+        self.cache.add_rows(1)
+        self._started[index] = time.perf_counter()
+        return index
+
+    def cancel(self, index: int) -> None:
+        """Drop a row (its client went away) before the next step."""
+        alive = [b for b, r in enumerate(self.rows) if r.index != index]
+        if len(alive) < len(self.rows):
+            self._select(alive)
+
+    def _select(self, alive: list[int]) -> None:
+        self.rows = [self.rows[b] for b in alive]
+        if alive:
+            self.cache.select(alive)
+        else:  # the batch emptied: rows that join later start from a fresh cache
+            self.cache = BlockCache.empty(0, self.model.config, self.model.device)
+
+    def step(self) -> list[tuple[int, GenerationResult]]:
+        """One forward for every active row; returns (index, result) of the rows it finished."""
+        rows, cache, policy = self.rows, self.cache, self.policy
+        if not rows:
+            return []
+        self._stepped = True
+        drafts = [policy.drafts(r) for r in rows]
+        pending = [r.committed[n:] + d for r, n, d in zip(rows, cache.n_cached, drafts)]
+        wanted = [policy.blocks(r) for r in rows]
+        blocks = _same_shape(wanted, self.mask_id)
+        out = block_step(self.model, cache, pending, blocks, policy.n_ntp(drafts), self.mask_id,
+                         hidden_states=policy.hidden_states)  # fmt: skip
+        keep = torch.zeros_like(out.pending_valid)  # [B, P]
+        P = keep.shape[1]
+        finished = []
+        for b, r in enumerate(rows):
+            n_real = min(len(pending[b]), out.ntp_logits.shape[1])
+            upd = policy.update(r, out.ntp_logits[b, out.ntp_logits.shape[1] - n_real :], out.block_logits[b])
+            # Pending slots now holding committed text: the uncached committed ones + accepted drafts.
+            n_keep = len(pending[b]) - len(drafts[b]) + upd.keep_drafts
+            keep[b, P - len(pending[b]) : P - len(pending[b]) + n_keep] = True
+            r.forwards += 1
+            new = _truncate(r, upd.commit, self.stop_ids, self.on_commit)
+            r.committed.extend(new)
+            r.accepted.append(len(new))
+            r.fed.append(len(pending[b]) + sum(len(blk.slots) for blk in wanted[b] or ()))
+            if upd.predicted:
+                r.verified.append((upd.predicted, upd.keep_drafts))
+            if r.finish is not None:
+                r.seconds = time.perf_counter() - self._started.pop(r.index)
+                result = GenerationResult(
+                    tokens=r.new_tokens,
+                    forwards=r.forwards,
+                    accepted_per_step=r.accepted,
+                    fed_per_step=r.fed,
+                    verified_per_step=r.verified,
+                    seconds=r.seconds,
+                    finish=r.finish,
+                )
+                finished.append((b, result))
+        cache.commit(out.fed_pos, keep, out.block_logits.shape[1])
+        done = {b for b, _ in finished}
+        alive = [b for b in range(len(rows)) if b not in done]
+        if done:
+            self._select(alive)
+        if self.rows:
+            policy.after_step(self.rows, out, keep, alive)
+        return [(rows[b].index, result) for b, result in finished]
+
+
 def decode(
     model,
     prompts: list[list[int]],
@@ -60,79 +182,14 @@ def decode(
     what the method needs beyond the model (a drafter), as its `prepare` returns it."""
     if not prompts:
         return []
-    limit = context_limit(model)
+    session = Session(model, config, mask_id, stop_ids, on_commit, extras)
     for i, p in enumerate(prompts):
-        if not p:
-            raise PardecError(f"prompt {i} is empty")
-        if limit is not None and len(p) + 2 * config.slots + 2 > limit:
-            raise PardecError(
-                f"prompt {i} has {len(p)} tokens, more than the model's context of {limit} allows"
-            )
-    gen = None
-    if config.temperature > 0:
-        gen = torch.Generator(device=model.device)
-        gen.manual_seed(config.seed if config.seed is not None else torch.seed())
-    policy = METHODS[config.method].policy(config, mask_id, gen, model, extras or {})
-    device = model.device
-
-    # Room for the block slots and drafts fed beyond the committed text must stay inside the context.
-    reserve = 2 * config.slots + 1
-    rows = [
-        Row(
-            index=i,
-            committed=list(p),
-            n_prompt=len(p),
-            budget=min(config.max_new_tokens, limit - len(p) - reserve) if limit else config.max_new_tokens,
-            state=policy.new_state(),
-        )
-        for i, p in enumerate(prompts)
-    ]
-    cache = BlockCache.empty(len(rows), model.config, device)
+        session.check(p, i)  # every prompt checked before any decodes
+    for p in prompts:
+        session.add(p)
     results: dict[int, GenerationResult] = {}
-    t0 = time.perf_counter()
-    while rows:
-        drafts = [policy.drafts(r) for r in rows]
-        pending = [r.committed[n:] + d for r, n, d in zip(rows, cache.n_cached, drafts)]
-        wanted = [policy.blocks(r) for r in rows]
-        blocks = _same_shape(wanted, mask_id)
-        out = block_step(model, cache, pending, blocks, policy.n_ntp(drafts), mask_id,
-                         hidden_states=policy.hidden_states)  # fmt: skip
-        keep = torch.zeros_like(out.pending_valid)  # [B, P]
-        P = keep.shape[1]
-        finished = []
-        for b, r in enumerate(rows):
-            n_real = min(len(pending[b]), out.ntp_logits.shape[1])
-            upd = policy.update(r, out.ntp_logits[b, out.ntp_logits.shape[1] - n_real :], out.block_logits[b])
-            # Pending slots now holding committed text: the uncached committed ones + accepted drafts.
-            n_keep = len(pending[b]) - len(drafts[b]) + upd.keep_drafts
-            keep[b, P - len(pending[b]) : P - len(pending[b]) + n_keep] = True
-            r.forwards += 1
-            new = _truncate(r, upd.commit, stop_ids, on_commit)
-            r.committed.extend(new)
-            r.accepted.append(len(new))
-            r.fed.append(len(pending[b]) + sum(len(blk.slots) for blk in wanted[b] or ()))
-            if upd.predicted:
-                r.verified.append((upd.predicted, upd.keep_drafts))
-            if r.finish is not None:
-                r.seconds = time.perf_counter() - t0
-                results[r.index] = GenerationResult(
-                    tokens=r.new_tokens,
-                    forwards=r.forwards,
-                    accepted_per_step=r.accepted,
-                    fed_per_step=r.fed,
-                    verified_per_step=r.verified,
-                    seconds=r.seconds,
-                    finish=r.finish,
-                )
-                finished.append(b)
-        cache.commit(out.fed_pos, keep, out.block_logits.shape[1])
-        alive = [b for b in range(len(rows)) if b not in finished]
-        if finished:
-            rows = [rows[b] for b in alive]
-            if rows:
-                cache.select(alive)
-        if rows:
-            policy.after_step(rows, out, keep, alive)
+    while session.rows:
+        results.update(session.step())
     return [results[i] for i in range(len(prompts))]
 
 

@@ -22,6 +22,7 @@ from .state import Row, Update
 
 class Policy:
     hidden_states: bool = False  # the step returns every layer's output at the pending slots
+    joinable: bool = True  # rows may join a running batch (per-row state only, nothing batch-wide)
 
     def __init__(
         self,

@@ -21,6 +21,7 @@ from .model import target_features
 
 class DFlash(Verifier):
     hidden_states = True  # the drafter is conditioned on target layers' outputs
+    joinable = False  # its context cache holds batch-wide drafter state
 
     def __init__(self, config, mask_id, generator, model=None, extras=None):
         super().__init__(config, mask_id, generator)
