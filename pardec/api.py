@@ -61,7 +61,7 @@ def configure(
     return method.prepare(lm, config, sets_block_size, dict(options or {}))
 
 
-class _TextTracker:
+class TextTracker:
     """Incremental detokenization per prompt: finds stop strings and streams text deltas, holding back
     an incomplete UTF-8 character or what may be the start of a stop string."""
 
@@ -113,7 +113,7 @@ def generate(
     """Generate for a batch of user messages (any lengths). `on_text(i, delta)` streams text as tokens
     are committed. `extras` (from `configure`) is what the method needs beyond the model."""
     ids = [lm.encode(p, chat) for p in prompts]
-    tracker = _TextTracker(lm.tokenizer, len(prompts), config.stop, on_text)
+    tracker = TextTracker(lm.tokenizer, len(prompts), config.stop, on_text)
     results = decode(lm.model, ids, config, lm.mask_id, lm.stop_ids, tracker.commit, extras)
     outs = []
     for i, r in enumerate(results):

@@ -21,7 +21,8 @@ ALLOWED = {
     "methods": {"model", "core", "decoding", "training"},
     "api": {"model", "core", "decoding", "methods"},
     "bench": {"model", "core", "decoding", "methods", "api", "tasks"},
-    "cli": {"model", "core", "decoding", "methods", "api", "tasks", "training", "bench"},
+    "server": {"model", "core", "decoding", "methods", "api"},
+    "cli": {"model", "core", "decoding", "methods", "api", "tasks", "training", "bench", "server"},
 }
 LEAVES = {"errors", "datafiles"}
 

@@ -30,6 +30,8 @@ class GenerationResult:
     fed_per_step: list[int]  # tokens each forward fed for this row: pending (the prompt, first) + slots
     # Steps that verified drafts with a predicted reach: (predicted reach of each fed draft, accepted)
     verified_per_step: list[tuple[tuple[float, ...], int]]
+    # Every step: (drafts fed, drafts accepted) on the committed path; (0, 0) where none were fed
+    drafts_per_step: list[tuple[int, int]]
     seconds: float
     finish: str  # "stop" (end-of-turn token or stop string) or "length"
 
@@ -147,6 +149,8 @@ class Session:
             r.fed.append(len(pending[b]) + sum(len(blk.slots) for blk in wanted[b] or ()))
             if upd.predicted:
                 r.verified.append((upd.predicted, upd.keep_drafts))
+            m = len(drafts[b])
+            r.drafted.append((m, min(m, max(0, len(upd.commit) - 1))))
             if r.finish is not None:
                 r.seconds = time.perf_counter() - self._started.pop(r.index)
                 result = GenerationResult(
@@ -155,6 +159,7 @@ class Session:
                     accepted_per_step=r.accepted,
                     fed_per_step=r.fed,
                     verified_per_step=r.verified,
+                    drafts_per_step=r.drafted,
                     seconds=r.seconds,
                     finish=r.finish,
                 )

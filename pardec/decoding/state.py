@@ -17,6 +17,7 @@ class Row:
     accepted: list[int] = field(default_factory=list)  # tokens committed by each forward
     fed: list[int] = field(default_factory=list)  # tokens each forward fed for this row
     verified: list[tuple[tuple[float, ...], int]] = field(default_factory=list)  # see Update.predicted
+    drafted: list[tuple[int, int]] = field(default_factory=list)  # (drafts fed, accepted) per forward
     seconds: float = 0.0
     finish: str | None = None  # "stop", "length"
 

@@ -23,6 +23,21 @@ def stop_token_ids(model, tokenizer=None) -> set[int]:
     return ids
 
 
+def encode_messages(tokenizer, messages: list[dict]) -> list[int]:
+    """A chat (role/content dicts, the last one the user's) -> prompt token ids through the model's
+    chat template, or the contents joined by newlines when it has none."""
+    if not messages or not any(str(m.get("content", "")).strip() for m in messages):
+        raise PardecError("empty prompt: no message has content")
+    if getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        if hasattr(ids, "keys"):
+            ids = ids["input_ids"]
+        return list(ids)
+    return tokenizer.encode("\n".join(str(m["content"]) for m in messages), add_special_tokens=True)
+
+
 def encode_prompt(tokenizer, prompt: str, chat: bool = True) -> list[int]:
     """The user message -> prompt token ids, through the chat template when the model has one."""
     if not isinstance(prompt, str) or not prompt.strip():
