@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 
 from ..errors import PardecError
@@ -55,4 +56,9 @@ def run(args) -> None:
     app = create_app(engine, name, config)
     print(f"pardec serve: {name} ({config.method}, adapter {lm.adapter or 'none'}) on http://{args.host}:{args.port}",
           file=sys.stderr)  # fmt: skip
+    # uvicorn shuts down gracefully on SIGINT/SIGTERM, then raises the signal again for the handler it
+    # found: a quiet one, so that a clean shutdown exits 0.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: None)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=30)
+    print("pardec serve: stopped", file=sys.stderr)

@@ -208,3 +208,40 @@ def test_metrics_count_drafts_and_latencies(served):
     assert value("pardec:time_to_first_token_seconds_count") >= 1
     assert value("pardec:num_requests_total") >= 1
     assert "pardec:inter_token_latency_seconds_bucket" in text
+
+
+def test_sigterm_ends_a_running_stream_cleanly_and_the_server_exits(tiny_dir, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    port = free_port()
+    env = {**os.environ, "PARDEC_CACHE": str(tmp_path)}
+    cmd = [sys.executable, "-m", "pardec.cli", "serve", "--model", tiny_dir, "--dtype", "float32",
+           "--adapter", "none", "--method", "ar", "--port", str(port)]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                if httpx.get(url + "/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.time() < deadline and proc.poll() is None, "server did not start"
+            time.sleep(0.2)
+        body = {"model": tiny_dir, "prompt": "the cat", "max_tokens": 40, "stream": True}
+        lines = []
+        with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as r:
+            for line in r.iter_lines():
+                if line:
+                    lines.append(line)
+                if len(lines) == 2:
+                    proc.send_signal(signal.SIGTERM)  # mid-stream
+        assert lines[-1] in ("data: [DONE]",) or "error" in lines[-1]  # finished, or told why not
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
