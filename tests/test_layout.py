@@ -22,6 +22,7 @@ ALLOWED = {
     "api": {"model", "core", "decoding", "methods"},
     "bench": {"model", "core", "decoding", "methods", "api", "tasks"},
     "server": {"model", "core", "decoding", "methods", "api"},
+    "hf": {"model", "core", "decoding", "methods"},
     "cli": {"model", "core", "decoding", "methods", "api", "tasks", "training", "bench", "server"},
 }
 LEAVES = {"errors", "datafiles"}
