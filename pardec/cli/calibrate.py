@@ -103,6 +103,17 @@ def run(args) -> None:
               f"{c['deviation']:.4f} | {c.get('predicted_speedup') or '-'} | {within} |")  # fmt: skip
     print(f"chosen: threshold {result.threshold}, gamma {result.gamma}; acceptance fitted on "
           f"{rep['drafts_observed']} drafts")  # fmt: skip
+    for method, flag, value in (
+        ("threshold", "--threshold", result.threshold),
+        ("eb", "--gamma", result.gamma),
+    ):
+        row = next((c for c in rep["candidates"] if c["method"] == method and c["value"] == value), None)
+        speedup = None if row is None else row.get("predicted_speedup")
+        if value is None and method in cfg.methods:
+            print(f"note: no {method} setting stays within the target; {flag} auto will refuse this adapter")
+        elif speedup is not None and speedup < 1.0:
+            print(f"note: {method} at {value} is predicted slower than ar here ({speedup:.2f}x); "
+                  "lossless spec is the faster choice on this machine")  # fmt: skip
     print(
         "reliability (predicted reach -> observed), raw:",
         json.dumps([(r["predicted"], r["observed"], r["drafts"]) for r in rep["reliability_raw"]]),
