@@ -13,6 +13,11 @@ probes with one block step to get fresh drafts, and judges the steps after it af
 drafts (a probe, or after a rejection the block did not cover) is a block step that is not judged;
 a step with drafts feeds at least one, so that the calibration keeps seeing verified drafts.
 
+In a batch, a row's choice is priced at its marginal cost: the step's time with the tokens the
+other rows fed last step, plus this row's, less the time without this row's. On a CPU a batch of
+rows that feed a dozen tokens each is compute-bound, and every extra token costs about as much as a
+row's AR token; a lone row pays mostly for reading the weights, which its drafts share.
+
 Which drafts are fed depends only on the drafts themselves, never on the target's verdict, so the
 output stays exactly the model's.
 """
@@ -39,6 +44,7 @@ class Plan:
     predicted: float = 0.0  # sum over verified steps of the expected accepted drafts (uncalibrated)
     observed: float = 0.0  # sum of the drafts actually accepted in those steps
     fed: int = 0  # drafts fed by the planned step
+    others: int = 0  # tokens the batch's other rows fed last step (the planned step's company)
     block: bool = True  # whether the planned step feeds a block
     tokens: float | None = None  # moving averages over block steps: tokens committed,
     seconds: float | None = None  # and the step's cost
@@ -49,22 +55,31 @@ class Plan:
         return (self.observed + PRIOR) / (self.predicted + PRIOR)
 
 
+def step_seconds(cost: StepCost, pending: int, context: int, block: bool, others: int = 0) -> float:
+    """What a row's step feeding `pending` tokens (and a block, or not) adds to a batch step in which
+    the other rows feed `others` tokens (0: the row alone, the whole step's time)."""
+    if others <= 0:
+        return cost.seconds(pending, context, block)
+    mine = pending + (cost.block_size if block else 0)
+    return max(cost.seconds(others + mine, context) - cost.seconds(others, context), 1e-6)
+
+
 def plan_step(plan: Plan, reach: torch.Tensor | None, n_drafts: int, context: int, cost: StepCost,
-              max_backoff: int) -> None:  # fmt: skip
+              max_backoff: int, others: int = 0) -> None:  # fmt: skip
     """Decide the next step: plan.block and plan.fed. reach: [n_drafts] predicted reach of the drafts
-    (None with no drafts)."""
+    (None with no drafts); others: tokens the batch's other rows feed (0: alone)."""
     if plan.ar_left > 0:
         plan.ar_left -= 1
         plan.block, plan.fed = False, 0
         return
     # Plain floats: this runs every step for every row, where small tensor ops would cost more.
-    ar_rate = 1.0 / cost.seconds(1, context)
+    ar_rate = 1.0 / step_seconds(cost, 1, context, False, others)
     scale = plan.scale
     p = [] if reach is None else [min(1.0, x * scale) for x in reach[:n_drafts].tolist()]
     expected, rates = 1.0, []  # expected tokens committed, and per second, for k = 0 .. n_drafts
     for k in range(len(p) + 1):
         expected += p[k - 1] if k else 0.0
-        rates.append(expected / cost.seconds(1 + k, context, block=True))
+        rates.append(expected / step_seconds(cost, 1 + k, context, True, others))
     best = max(range(len(rates)), key=rates.__getitem__)
     # At least one draft whenever there are some: it costs little, and without verified drafts the
     # calibration could never learn that pessimistic confidences undersell them.

@@ -48,6 +48,7 @@ class Speculative(Verifier):
         if config.adaptive:
             self.cost = (extras or {}).get("cost") or step_cost.measured(model, mask_id, config.block_size)
         self.calibration = (extras or {}).get("calibration")  # a model.calibration.Calibration or None
+        self.batch_fed = 0  # tokens the last step fed over the whole batch (0: one row)
 
     def new_state(self):
         return Drafts() if self.cost is None else ScheduledDrafts()
@@ -72,11 +73,27 @@ class Speculative(Verifier):
                 st.alts.append([t for t, _ in alts])
                 st.alt_mass.append(sum(p for _, p in alts))
 
+    def after_step(self, rows, out, keep, alive):
+        # Tokens the whole batch fed: what a row's choice shares the next step with.
+        B = out.pending_valid.shape[0]
+        self.batch_fed = int(out.pending_valid.sum()) + out.block_logits.shape[1] * B if B > 1 else 0
+
+    def others(self, row) -> int:
+        """Tokens the other rows fed last step (0 when the row decodes alone)."""
+        return max(0, self.batch_fed - (row.fed[-1] if row.fed else 0)) if self.batch_fed else 0
+
     def drafts(self, row):
         st: Drafts = row.state
         if self.cost is not None:
+            st.plan.others = self.others(row)
             schedule.plan_step(
-                st.plan, st.predicted, len(st.tokens), len(row.committed), self.cost, MAX_BACKOFF
+                st.plan,
+                st.predicted,
+                len(st.tokens),
+                len(row.committed),
+                self.cost,
+                MAX_BACKOFF,
+                st.plan.others,
             )
             st.keep(st.plan.fed)  # the rest are unlikely enough not to pay for their place
         st.fork = self.plan_fork(row)
@@ -106,8 +123,9 @@ class Speculative(Verifier):
             expected = 1.0 + sum(reach)
             context = len(row.committed)
             extra = self.cfg.tree * (1 + depth)
-            without = expected / self.cost.seconds(1 + m, context, block=True)
-            with_tree = (expected + gains[fork]) / self.cost.seconds(1 + m + extra, context, block=True)
+            seconds = lambda n: schedule.step_seconds(self.cost, n, context, True, st.plan.others)  # noqa: E731
+            without = expected / seconds(1 + m)
+            with_tree = (expected + gains[fork]) / seconds(1 + m + extra)
             if with_tree <= without:
                 return None
         return fork
@@ -172,7 +190,9 @@ class Speculative(Verifier):
             # The step's context: committed text before it (row.committed is not extended yet).
             extra = 0 if fork is None else self.cfg.tree * (1 + self.cfg.tree_depth)
             seconds = (
-                self.cost.seconds(1 + fed + extra, len(row.committed), block=True) if plan.block else None
+                schedule.step_seconds(self.cost, 1 + fed + extra, len(row.committed), True, plan.others)
+                if plan.block
+                else None
             )
             schedule.record(plan, predicted, fed, n, seconds, committed=len(commit))
             if not plan.block:  # an AR step: no block, so no drafts for the next one

@@ -103,7 +103,7 @@ def test_adaptive_spec_greedy_equals_ar_whatever_the_cost(tiny, cost, monkeypatc
     monkeypatch.undo()
     batch = decode(model, PROMPTS, config, mask_id, extras=extras)  # untrained drafts: rows fall back
     assert [b.tokens for b in batch] == [a.tokens for a in ar]
-    if cost is not None:  # the same curve: a row's schedule does not depend on the rest of the batch
+    if cost is FLAT:  # no token costs anything extra: the rest of the batch changes no row's schedule
         singles = [decode(model, [p], config, mask_id, extras=extras)[0] for p in PROMPTS]
         assert [b.accepted_per_step for b in batch] == [s.accepted_per_step for s in singles]
     if cost is STEEP:  # untrained drafts never pay on a steep curve: mostly plain AR steps
@@ -156,3 +156,33 @@ def test_the_measured_cost_is_a_positive_rising_curve(tiny):
     assert all(cost.seconds(n, 50) > 0 for n in (1, 3, 40))
     assert cost.relative(1, 50) == pytest.approx(1.0)
     assert dataclasses.replace(cost) == StepCost.from_json(cost.to_json())
+
+
+def test_in_a_compute_bound_batch_rows_price_drafts_at_their_marginal_cost(tiny, monkeypatch):
+    """Each token costs 0.3 AR steps on top of a fixed 0.7: alone, 4 sure drafts pay (3.85 tokens for
+    2.1 AR steps); in a batch of 8 the fixed part is shared and the same drafts cost 2.4 against an
+    AR token's 0.3, so the rows decode mostly plain AR steps. Either way the output is AR's."""
+    model, mask_id = tiny
+    curve = linear_cost(ar=1.0, per_token=0.3, block=0.2)
+    assert curve.seconds(4, 50, block=True) == pytest.approx(2.1)
+    ar = run(model, mask_id, PROMPTS[:1], method="ar", max_new_tokens=30)[0]
+
+    class Right(OracleSpec):  # every draft right, stated with full confidence
+        def update(self, row, ntp, block):
+            upd = super().update(row, ntp, block)
+            start = len(row.committed) + len(upd.commit) - row.n_prompt
+            row.state.tokens = self.truth[start : start + len(row.state.tokens)]
+            if row.state.tokens:
+                row.state.reach = row.state.predicted = torch.ones(len(row.state.tokens))
+            return upd
+
+    Right.truth = ar.tokens + [0] * 8
+    use_policy(Right, monkeypatch)
+    config = DecodeConfig(method="spec", block_size=4, adaptive=True, max_new_tokens=30)
+    alone = decode(model, [PROMPTS[0]], config, mask_id, extras={"cost": curve})[0]
+    batch = decode(model, [PROMPTS[0]] * 8, config, mask_id, extras={"cost": curve})
+    assert alone.tokens == ar.tokens and all(b.tokens == ar.tokens for b in batch)
+    assert alone.forwards < 12  # blocks of sure drafts, alone
+    single = [n for b in batch for n in b.accepted_per_step[1:]]  # after each row's prompt step
+    assert sum(n == 1 for n in single) > 0.6 * len(single)  # mostly plain AR steps in the batch
+    assert sum(n == 1 for n in alone.accepted_per_step[1:]) <= 1  # only the step that drafts first
