@@ -127,6 +127,7 @@ class Session:
         if not rows:
             return []
         self._stepped = True
+        policy.before_step(rows)
         drafts = [policy.drafts(r) for r in rows]
         pending = [r.committed[n:] + d for r, n, d in zip(rows, cache.n_cached, drafts)]
         wanted = [policy.blocks(r) for r in rows]

@@ -38,6 +38,9 @@ class Policy:
         """This method's state for a new row (Row.state)."""
         return None
 
+    def before_step(self, rows: list[Row]) -> None:
+        """Batch-level planning before the step's drafts and blocks are asked for."""
+
     def drafts(self, row: Row) -> list[int]:
         return []
 

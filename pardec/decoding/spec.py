@@ -34,6 +34,7 @@ from .state import Row, Update
 from .verifier import Drafts, Verifier
 
 MAX_BACKOFF = 32  # most plain AR steps between two probes
+PRIOR_TOKENS = 2.0  # tokens a row's block step is taken to commit before it has done one
 
 
 @dataclass
@@ -49,6 +50,7 @@ class Speculative(Verifier):
             self.cost = (extras or {}).get("cost") or step_cost.measured(model, mask_id, config.block_size)
         self.calibration = (extras or {}).get("calibration")  # a model.calibration.Calibration or None
         self.batch_fed = 0  # tokens the last step fed over the whole batch (0: one row)
+        self.batch_ar = False  # this step is a plain AR step for the whole batch
 
     def new_state(self):
         return Drafts() if self.cost is None else ScheduledDrafts()
@@ -82,9 +84,26 @@ class Speculative(Verifier):
         """Tokens the other rows fed last step (0 when the row decodes alone)."""
         return max(0, self.batch_fed - (row.fed[-1] if row.fed else 0)) if self.batch_fed else 0
 
+    def before_step(self, rows):
+        """In a batch every row pays for the block slots once any row feeds a block (rows feed one
+        shape). So the batch feeds blocks only if the tokens they are expected to commit (each row's
+        recent tokens per block step) come faster than plain AR steps for every row would."""
+        self.batch_ar = False
+        if self.cost is None or len(rows) < 2:
+            return
+        context = max(len(r.committed) for r in rows)
+        expected = sum(PRIOR_TOKENS if r.state.plan.tokens is None else r.state.plan.tokens for r in rows)
+        # The block curve holds one row's block; the other rows' slots count as more tokens fed.
+        fed = sum(1 + len(r.state.tokens) for r in rows) + (len(rows) - 1) * self.cfg.block_size
+        block_rate = expected / self.cost.seconds(fed, context, block=True)
+        self.batch_ar = block_rate < len(rows) / self.cost.seconds(len(rows), context)
+
     def drafts(self, row):
         st: Drafts = row.state
-        if self.cost is not None:
+        if self.cost is not None and self.batch_ar:  # the batch decodes a plain AR step
+            st.plan.block, st.plan.fed = False, 0
+            st.keep(0)
+        elif self.cost is not None:
             st.plan.others = self.others(row)
             schedule.plan_step(
                 st.plan,

@@ -160,8 +160,9 @@ def test_the_measured_cost_is_a_positive_rising_curve(tiny):
 
 def test_in_a_compute_bound_batch_rows_price_drafts_at_their_marginal_cost(tiny, monkeypatch):
     """Each token costs 0.3 AR steps on top of a fixed 0.7: alone, 4 sure drafts pay (3.85 tokens for
-    2.1 AR steps); in a batch of 8 the fixed part is shared and the same drafts cost 2.4 against an
-    AR token's 0.3, so the rows decode mostly plain AR steps. Either way the output is AR's."""
+    2.1 AR steps); in a batch of 8 the fixed part is shared, a block step for all (8 rows x 8 tokens)
+    costs 19.9 against 3.1 for 8 AR tokens, and the batch decodes plain AR steps. Either way the
+    output is AR's."""
     model, mask_id = tiny
     curve = linear_cost(ar=1.0, per_token=0.3, block=0.2)
     assert curve.seconds(4, 50, block=True) == pytest.approx(2.1)
@@ -184,5 +185,5 @@ def test_in_a_compute_bound_batch_rows_price_drafts_at_their_marginal_cost(tiny,
     assert alone.tokens == ar.tokens and all(b.tokens == ar.tokens for b in batch)
     assert alone.forwards < 12  # blocks of sure drafts, alone
     single = [n for b in batch for n in b.accepted_per_step[1:]]  # after each row's prompt step
-    assert sum(n == 1 for n in single) > 0.6 * len(single)  # mostly plain AR steps in the batch
+    assert sum(n == 1 for n in single) > 0.9 * len(single)  # plain AR steps in the batch
     assert sum(n == 1 for n in alone.accepted_per_step[1:]) <= 1  # only the step that drafts first
