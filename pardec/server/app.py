@@ -18,7 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from ..decoding import DecodeConfig
 from ..errors import PardecError
 from ..model import chat
-from .engine import Engine, Finished, QueueFull
+from .engine import Engine, Finished, QueueFull, Scoring
 from .engine import Request as Job
 from .protocol import ChatRequest, CompletionRequest
 
@@ -69,10 +69,9 @@ def create_app(engine: Engine, model_name: str, base: DecodeConfig) -> FastAPI:
         default = (
             COMPLETION_DEFAULT_MAX_TOKENS if isinstance(body, CompletionRequest) else base.max_new_tokens
         )
-        return dataclasses.replace(
-            base, temperature=body.temperature, top_p=body.top_p, seed=body.seed,
-            max_new_tokens=body.max_tokens or default, stop=tuple(body.stop or ()),
-        )  # fmt: skip
+        n = default if body.max_tokens is None else max(1, body.max_tokens)  # 0: scoring only
+        return dataclasses.replace(base, temperature=body.temperature, top_p=body.top_p, seed=body.seed,
+                                   max_new_tokens=n, stop=tuple(body.stop or ()))  # fmt: skip
 
     async def serve(http: Request, body, prompts: list[list[int]], chat_format: bool):
         if body.model != model_name:
@@ -87,8 +86,10 @@ def create_app(engine: Engine, model_name: str, base: DecodeConfig) -> FastAPI:
             return error(400, str(e))
         loop = asyncio.get_running_loop()
         jobs = [Job(p, config, loop) for p in prompts for _ in range(body.n)]
+        score_only = body.max_tokens == 0  # echo with max_tokens 0: nothing to decode
         try:
-            engine.submit(jobs)
+            if not score_only:
+                engine.submit(jobs)
         except QueueFull:
             return error(
                 429, "the server's queue is full: retry later", kind="rate_limit_error", code="queue_full"
@@ -101,7 +102,10 @@ def create_app(engine: Engine, model_name: str, base: DecodeConfig) -> FastAPI:
                 http, engine, jobs, rid, created, model_name, chat_format, body.include_usage, n_prompt
             )
             return StreamingResponse(stream, media_type="text/event-stream")
-        done = await _gather(http, engine, jobs)
+        if score_only:
+            done = [Finished("", 0, "length", 0, 0) for _ in jobs]
+        else:
+            done = await _gather(http, engine, jobs)
         if done is None:
             return Response(status_code=499)  # the client left; nothing to answer
         if isinstance(done, str):
@@ -112,9 +116,19 @@ def create_app(engine: Engine, model_name: str, base: DecodeConfig) -> FastAPI:
                 choices.append({"index": i, "message": {"role": "assistant", "content": f.text},
                                 "finish_reason": f.finish_reason, "logprobs": None})  # fmt: skip
             else:
-                choices.append(
-                    {"index": i, "text": f.text, "finish_reason": f.finish_reason, "logprobs": None}
-                )
+                p = prompts[i // body.n]
+                choice = {"index": i, "text": f.text, "finish_reason": f.finish_reason, "logprobs": None}
+                if body.echo:
+                    choice["text"] = tok.decode(p, skip_special_tokens=False) + f.text
+                if body.logprobs is not None:
+                    job = Scoring(p + list(f.tokens), body.logprobs, loop)
+                    engine.submit_scoring(job)
+                    kind, value = await job.events.get()
+                    if kind == "error":
+                        return error(500, value, kind="server_error")
+                    start = 0 if body.echo else len(p)
+                    choice["logprobs"] = _logprobs(tok, job.ids, *value, start)
+                choices.append(choice)
         return {
             "id": rid, "object": "chat.completion" if chat_format else "text_completion", "created": created,
             "model": model_name, "choices": choices, "usage": _usage(n_prompt, done),
@@ -144,6 +158,18 @@ def create_app(engine: Engine, model_name: str, base: DecodeConfig) -> FastAPI:
         return await serve(http, body, [prompt], chat_format=True)
 
     return app
+
+
+def _logprobs(tok, ids: list[int], token_lp, tops, start: int) -> dict:
+    """OpenAI's completions logprobs object for ids[start:]."""
+    pieces = [tok.decode([t], skip_special_tokens=False) for t in ids[start:]]
+    offsets, at = [], 0
+    for piece in pieces:
+        offsets.append(at)
+        at += len(piece)
+    top = [None if i == 0 else {tok.decode([k], skip_special_tokens=False): v for k, v in t.items()}
+           for i, t in zip(range(start, len(ids)), tops[start:])]  # fmt: skip
+    return {"tokens": pieces, "token_logprobs": token_lp[start:], "top_logprobs": top, "text_offset": offsets}
 
 
 def _usage(n_prompt: int, done: list[Finished]) -> dict:

@@ -16,6 +16,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from ..api import TextTracker
 from ..decoding import DecodeConfig
 from ..decoding.engine import GenerationResult, Session
@@ -53,6 +55,36 @@ class Finished:
     finish_reason: str  # "stop" or "length"
     accepted_drafts: int
     rejected_drafts: int
+    tokens: tuple[int, ...] = ()  # the emitted token ids
+
+
+@dataclass
+class Scoring:
+    """Log-probabilities of a token sequence under the model (echo / logprobs), computed on the
+    engine thread: a forward there must not overlap a decoding step's gated adapters."""
+
+    ids: list[int]
+    top: int  # alternatives per position
+    loop: asyncio.AbstractEventLoop
+    events: asyncio.Queue = field(default_factory=asyncio.Queue)
+
+
+def score(model, ids: list[int], top: int, mask_id: int) -> tuple[list[float | None], list[dict[int, float]]]:
+    """(log-probability of each token given the ones before it, None for the first; the `top` most
+    likely tokens at each position with theirs)."""
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ids], device=model.device)).logits[0].float()  # [T, V]
+    logits[:, mask_id] = float("-inf")
+    lp = torch.log_softmax(logits, -1)[:-1]  # [T - 1, V] predicting tokens 1..T-1
+    target = torch.tensor(ids[1:], device=lp.device)
+    token_lp = [None] + lp.gather(1, target[:, None])[:, 0].tolist()
+    tops: list[dict[int, float]] = [{}]
+    if top:
+        values, indices = lp.topk(top, -1)
+        tops += [dict(zip(i.tolist(), v.tolist())) for i, v in zip(indices, values)]
+    else:
+        tops += [{} for _ in range(len(ids) - 1)]
+    return token_lp, tops
 
 
 def _key(config: DecodeConfig) -> DecodeConfig:
@@ -71,6 +103,7 @@ class Engine:
         self.wake = threading.Event()
         self.stopping = False
         self.thread = threading.Thread(target=self._run, name="pardec-engine", daemon=True)
+        self.scoring: deque[Scoring] = deque()
 
     def start(self) -> None:
         self.thread.start()
@@ -106,6 +139,22 @@ class Engine:
                 self.waiting.append(r)
             self.metrics.waiting.set(len(self.waiting))
         self.wake.set()
+
+    def submit_scoring(self, job: Scoring) -> None:
+        with self.lock:
+            if self.stopping:
+                raise QueueFull()
+            self.scoring.append(job)
+        self.wake.set()
+
+    def _score(self) -> None:
+        while self.scoring:
+            job = self.scoring.popleft()
+            try:
+                result = score(self.lm.model, job.ids, job.top, self.lm.mask_id)
+                job.loop.call_soon_threadsafe(job.events.put_nowait, ("scored", result))
+            except Exception as e:  # a failed scoring answers its request, not the server
+                job.loop.call_soon_threadsafe(job.events.put_nowait, ("error", f"scoring failed: {e}"))
 
     def cancel(self, request: Request) -> None:
         request.cancelled = True
@@ -158,7 +207,10 @@ class Engine:
         for fed, acc in result.drafts_per_step:
             accepted, rejected = accepted + acc, rejected + fed - acc
             self.metrics.record_drafts(fed, acc)
-        req.emit("done", Finished(req.tracker.text(0), emitted, result.finish, accepted, rejected))
+        done = Finished(
+            req.tracker.text(0), emitted, result.finish, accepted, rejected, tuple(req.tracker.ids[0])
+        )
+        req.emit("done", done)
 
     def _run(self) -> None:
         while not self.stopping:
@@ -166,6 +218,7 @@ class Engine:
                 if req.cancelled:
                     self.sessions[key].cancel(index)
                     del self.running[(key, index)]
+            self._score()
             self._admit()
             busy = [(k, s) for k, s in self.sessions.items() if s.active]
             if not busy:

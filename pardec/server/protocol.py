@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class StreamOptions(BaseModel):
@@ -39,7 +39,17 @@ class _Common(BaseModel):
 
 class CompletionRequest(_Common):
     prompt: str | list[str] | list[int] | list[list[int]]
-    echo: bool = False
+    echo: bool = False  # the prompt comes back before the completion (with its logprobs if asked)
+    logprobs: int | None = Field(default=None, ge=0, le=5)  # the most likely alternatives per token
+    max_tokens: int | None = Field(default=None, ge=0)  # 0 with echo: score the prompt only
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.max_tokens == 0 and not self.echo:
+            raise ValueError("max_tokens 0 needs echo (it only scores the prompt)")
+        if self.stream and self.logprobs is not None:
+            raise ValueError("logprobs are not streamed: ask without stream")
+        return self
 
     @field_validator("prompt")
     @classmethod

@@ -245,3 +245,34 @@ def test_sigterm_ends_a_running_stream_cleanly_and_the_server_exits(tiny_dir, tm
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_echo_and_logprobs_score_the_prompt_and_completion_under_the_base_model(served, lm):
+    """What lm-evaluation-harness's loglikelihood requests ask: echo the prompt with its logprobs. The
+    gated adapter leaves every clean position the base model's, so they are the base model's."""
+    prompt = "the cat sat on the mat"
+    ids = lm.tokenizer.encode(prompt, add_special_tokens=True)
+    r = httpx.post(served.url + "/v1/completions", json={"model": NAME, "prompt": prompt, "max_tokens": 0,
+                                                         "echo": True, "logprobs": 2}).json()  # fmt: skip
+    lp = r["choices"][0]["logprobs"]
+    assert r["choices"][0]["text"] == lm.tokenizer.decode(ids, skip_special_tokens=False)
+    with torch.no_grad():
+        logits = lm.model(torch.tensor([ids])).logits[0].float()
+    logits[:, lm.mask_id] = float("-inf")
+    want = torch.log_softmax(logits, -1)[:-1].gather(1, torch.tensor(ids[1:])[:, None])[:, 0]
+    assert lp["token_logprobs"][0] is None and len(lp["token_logprobs"]) == len(ids)
+    torch.testing.assert_close(torch.tensor(lp["token_logprobs"][1:]), want, rtol=1e-4, atol=1e-4)
+    assert all(len(t) == 2 for t in lp["top_logprobs"][1:]) and lp["text_offset"][0] == 0
+    # With a completion: its logprobs follow the prompt's, through the official client too.
+    c = served.client.completions.create(model=NAME, prompt=prompt, max_tokens=3, temperature=0, echo=True,
+                                         logprobs=1)  # fmt: skip
+    assert len(c.choices[0].logprobs.token_logprobs) >= len(ids)
+    echoed = c.choices[0].logprobs.token_logprobs
+    assert echoed[0] is None and echoed[1 : len(ids)] == pytest.approx(want.tolist(), abs=1e-4)
+    plain = served.client.completions.create(
+        model=NAME, prompt=prompt, max_tokens=3, temperature=0, logprobs=0
+    )
+    assert len(plain.choices[0].logprobs.tokens) == plain.usage.completion_tokens
+    for bad in ({"max_tokens": 0}, {"logprobs": 9}, {"stream": True, "logprobs": 1}):
+        r = httpx.post(served.url + "/v1/completions", json={"model": NAME, "prompt": prompt, **bad})
+        assert r.status_code == 400, bad
