@@ -276,3 +276,25 @@ def test_echo_and_logprobs_score_the_prompt_and_completion_under_the_base_model(
     for bad in ({"max_tokens": 0}, {"logprobs": 9}, {"stream": True, "logprobs": 1}):
         r = httpx.post(served.url + "/v1/completions", json={"model": NAME, "prompt": prompt, **bad})
         assert r.status_code == 400, bad
+
+
+def test_scores_under_a_gated_adapter_are_the_base_models():
+    """echo/logprobs score with the adapted model: a gated adapter acts only at [MASK] inputs, so the
+    log-likelihoods lm-eval reads are exactly the base model's."""
+    from tiny import tiny_model
+
+    from pardec.model import adapters
+    from pardec.server.engine import score
+
+    base, mask_id = tiny_model("qwen2")
+    adapted, _ = tiny_model("qwen2")
+    adapters.attach(adapted, adapters.LoRAConfig("gated-lora", rank=4, alpha=8))
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for m in adapters.lora_modules(adapted).values():
+            m.lora_b.copy_(torch.randn(m.lora_b.shape, generator=g) * 0.5)
+    ids = [3, 1, 4, 1, 5, 9, 2, 6]
+    lp_base, top_base = score(base, ids, 3, mask_id)
+    lp_adapted, top_adapted = score(adapted, ids, 3, mask_id)
+    assert lp_adapted[1:] == pytest.approx(lp_base[1:], abs=1e-5) and lp_base[0] is None
+    assert [list(t) for t in top_adapted] == [list(t) for t in top_base]
