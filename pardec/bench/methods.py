@@ -17,6 +17,7 @@ from ..api import configure
 from ..decoding import METHODS, DecodeConfig, decode
 from ..errors import PardecError
 from ..model import LoadedModel
+from ..model.quant import QUANTS
 
 HF = "hf"
 # The value after `method@` without a name sets this setting.
@@ -29,6 +30,7 @@ class MethodSpec:
     label: str  # as given, e.g. "threshold@0.7"
     config: DecodeConfig
     adapter: str | None = None  # a checkpoint folder of its own (spec@adapter=PATH); None: the run's model
+    quant: str = "none"  # its model's weight-only quantization (ar@quant=int8)
     sets: frozenset[str] = frozenset()  # the DecodeConfig fields the label sets (no trained D overrides them)
     hf: bool = False  # transformers' generate instead of pardec's loop
 
@@ -46,8 +48,13 @@ def parse_methods(text: str, base: DecodeConfig) -> list[MethodSpec]:
         name, *settings = label.split("@")
         if name not in names:
             raise PardecError(f"unknown method '{name}' in --methods: choose from {', '.join(names)}")
-        kw, adapter = {}, None
+        kw, adapter, quant = {}, None, "none"
         for s in settings:
+            if s.startswith("quant="):
+                quant = s.partition("=")[2]
+                if quant not in QUANTS or name == HF or METHODS[name].own_model:
+                    raise PardecError(f"bad setting '{s}' in '{label}': quant= takes {', '.join(QUANTS)}")
+                continue
             if s.startswith("adapter="):
                 adapter = s.partition("=")[2]
                 if not adapter or name == HF or METHODS[name].own_model:
@@ -76,8 +83,13 @@ def parse_methods(text: str, base: DecodeConfig) -> list[MethodSpec]:
         method = "ar" if name == HF else name
         specs.append(
             MethodSpec(
-                label, dataclasses.replace(base, method=method, **kw), adapter, frozenset(kw), hf=name == HF
-            )
+                label,
+                dataclasses.replace(base, method=method, **kw),
+                adapter,
+                quant,
+                frozenset(kw),
+                hf=name == HF,
+            )  # fmt: skip
         )
     if not any(s.label == "ar" for s in specs):
         specs.insert(0, MethodSpec("ar", dataclasses.replace(base, method="ar")))
@@ -145,14 +157,15 @@ class HFRunner:
 def make_runners(
     lm: LoadedModel,
     specs: list[MethodSpec],
-    own: dict[str, LoadedModel],
+    own: dict[tuple[str | None, str], LoadedModel],
     sets_block_size: bool,
     options: dict,
 ) -> list[Runner]:
-    """A runner per spec; `own`: the model loaded with each spec's own adapter, by path."""
+    """A runner per spec; `own`: the model loaded for each spec's own adapter and quantization, by
+    (path, quant)."""
     runners: list[Runner] = []
     for s in specs:
-        model = lm if s.adapter is None else own[s.adapter]
+        model = lm if s.adapter is None and s.quant == "none" else own[(s.adapter, s.quant)]
         if s.hf:
             runners.append(HFRunner(s, model))
             continue

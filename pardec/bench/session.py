@@ -46,13 +46,15 @@ def bench(opts: BenchOptions) -> BenchResult:
     own_paths = {s.adapter for s in specs if s.adapter is not None}
     for path in own_paths:
         checkpoint.read_settings(path)
+    own_keys = {(s.adapter, s.quant) for s in specs if s.adapter is not None or s.quant != "none"}
     items = load_tasks(opts.task, opts.limit, opts.offset)
     out = Path(opts.out)
     progress, samples = out / "progress.jsonl", out / "samples.jsonl"
     if opts.resume and not progress.is_file() and not samples.is_file():
         raise PardecError(f"nothing to resume: {out} has neither progress.jsonl nor samples.jsonl")
     lm = load_model(opts.model, opts.dtype, opts.adapter)
-    own = {path: load_model(opts.model, opts.dtype, path) for path in own_paths}
+    own = {(path, quant): load_model(opts.model, opts.dtype, opts.adapter if path is None else path, quant)
+           for path, quant in own_keys}  # fmt: skip
     runners = make_runners(lm, specs, own, opts.block_size is not None, {"drafter": opts.drafter})
     # NLL is measured under the untouched base model. A gated adapter is off in plain forwards, so
     # there the adapted model already is the base model.

@@ -18,6 +18,7 @@ def add_arguments(g) -> None:
     src.add_argument("--prompt", help="the user message")
     src.add_argument("--prompt-file", help="JSONL file, one object per line with a 'prompt' field")
     common.add_model_args(g)
+    common.add_quant_arg(g)
     common.add_adapter_arg(g)
     common.add_drafter_arg(g)
     common.add_decode_args(g)
@@ -46,7 +47,7 @@ def run(args) -> None:
     for p in prompts:
         if not p.strip():
             raise PardecError("empty prompt")
-    lm = load_model(args.model, common.dtype(args), args.adapter)
+    lm = load_model(args.model, common.dtype(args), args.adapter, args.quant)
     config, extras = configure(lm, config, args.block_size is not None, {"drafter": args.drafter})
     chat = not args.no_chat
     for p in prompts:  # fail before any output if one prompt is unusable

@@ -19,6 +19,7 @@ DESCRIPTION = (
 # fmt: off
 def add_arguments(p) -> None:
     common.add_model_args(p)
+    common.add_quant_arg(p)
     common.add_adapter_arg(p)
     p.add_argument("--block-size", type=int, default=None,
                    help="block slots in the block shapes (default: the adapter's trained D, else 8)")
@@ -35,7 +36,7 @@ def run(args) -> None:
 
     if args.block_size is not None and args.block_size < 1:
         raise PardecError(f"block size must be an integer >= 1, got {args.block_size}")
-    lm = load_model(args.model, common.dtype(args), args.adapter)
+    lm = load_model(args.model, common.dtype(args), args.adapter, args.quant)
     D = args.block_size or lm.trained_block_size or 8
     cost = step_cost.for_model(lm, D, refresh=args.refresh)
     m = cost.key

@@ -21,6 +21,7 @@ DESCRIPTION = (
 # fmt: off
 def add_arguments(p) -> None:
     common.add_model_args(p)
+    common.add_quant_arg(p)
     common.add_adapter_arg(p)
     common.add_drafter_arg(p)
     common.add_decode_args(p)
@@ -49,7 +50,7 @@ def run(args) -> None:
     if not 0 < args.port < 65536:
         raise PardecError(f"--port must lie in [1, 65535], got {args.port}")
     config = common.decode_config(args)
-    lm = load_model(args.model, common.dtype(args), args.adapter)
+    lm = load_model(args.model, common.dtype(args), args.adapter, args.quant)
     config, extras = configure(lm, config, args.block_size is not None, {"drafter": args.drafter})
     name = args.served_model_name or args.model
     engine = Engine(lm, extras, args.max_batch, args.max_queue, Metrics())

@@ -162,6 +162,8 @@ def for_model(lm, block_size: int, refresh: bool = False) -> StepCost:
 
     model = lm.model
     key = dict(model=lm.name, adapter=str(lm.adapter), dtype=str(model.dtype), device=str(model.device))
+    if lm.quant != "none":  # (older cache entries, made before quantization existed, keep their keys)
+        key["quant"] = lm.quant
     return load_or_measure(model, lm.mask_id, block_size, key, cache_dir(), refresh)
 
 

@@ -20,6 +20,7 @@ import torch
 
 from ..errors import PardecError
 from . import calibration, chat, checkpoint
+from . import quant as quantization
 from .packaged import DEFAULT_MODEL, PACKAGED, assemble_gguf
 from .surgery import add_mask_token
 
@@ -116,6 +117,7 @@ class LoadedModel:
     name: str  # the `--model` value: checkpoints record it as their base model
     adapter: Path | None = None  # the checkpoint applied; None = the plain model
     adapter_settings: checkpoint.CheckpointSettings | None = None
+    quant: str = "none"  # weight-only quantization of the linear layers (model/quant.py)
 
     @property
     def mask_id(self) -> int:
@@ -145,12 +147,19 @@ class LoadedModel:
 
 
 def load_model(
-    model: str = DEFAULT_MODEL, dtype: torch.dtype = torch.bfloat16, adapter: str | None = "auto"
+    model: str = DEFAULT_MODEL,
+    dtype: torch.dtype = torch.bfloat16,
+    adapter: str | None = "auto",
+    quant: str = "none",
 ) -> LoadedModel:
     """Load a model by HF id, folder, GGUF file or packaged alias, add `[MASK]`, and apply an adapter:
-    "auto" (the one bundled for this model, if any), "none", or a checkpoint folder."""
+    "auto" (the one bundled for this model, if any), "none", or a checkpoint folder; then quantize
+    its linear layers' weights if `quant` says so ("int8")."""
+    if quant not in quantization.QUANTS:
+        raise PardecError(f"unknown quantization '{quant}': one of {', '.join(quantization.QUANTS)}")
     lm, tok = load_base(model, dtype)
     mask_id = add_mask_token(lm, tok)
     path = checkpoint.resolve_adapter(model, adapter)
     settings = None if path is None else checkpoint.apply(lm, path, model, mask_id)
-    return LoadedModel(lm, tok, model, path, settings)
+    quantization.quantize(lm, quant)
+    return LoadedModel(lm, tok, model, path, settings, quant)

@@ -56,6 +56,8 @@ def test_bench_on_a_tiny_model_writes_all_files(tiny_dir, tmp_path, capsys):
 
 
 def test_method_specs_parse_and_reject_nonsense():
+    quant = parse_methods("ar@quant=int8,spec@quant=int8@adapter=x", DecodeConfig())
+    assert [(s.quant, s.adapter) for s in quant] == [("none", None), ("int8", None), ("int8", "x")]
     auto = parse_methods("threshold@auto,eb@gamma=auto", DecodeConfig())
     assert auto[1].config.threshold is None and auto[2].config.gamma is None  # the calibrated values
     specs = parse_methods("threshold@0.7,eb@gamma=0.25,spec@8@temperature=0", DecodeConfig())
@@ -67,6 +69,8 @@ def test_method_specs_parse_and_reject_nonsense():
         "beam",
         "spec@colour=3",
         "spec@block_size=auto",
+        "spec@quant=int3",
+        "hf@quant=int8",
         "threshold@high",
         "ar,ar",
         "threshold@1.5",
@@ -94,7 +98,7 @@ def test_a_method_with_an_adapter_of_its_own_decodes_with_that_model(tiny_dir):
             p.add_(torch.randn_like(p))  # a different model: its greedy text differs from ar's
     items = [Item(f"a/{i}", w, {}, "a") for i, w in enumerate(["hello world", "the cat sat", "one two"])]
     specs = parse_methods("ar,ar@adapter=x,spec@3", DecodeConfig(max_new_tokens=6, block_size=3))
-    runners = make_runners(lm, specs, {"x": other}, True, {})
+    runners = make_runners(lm, specs, {("x", "none"): other}, True, {})
     res = run_bench(runners, items, "a", lm.model, progress=False)
     recs = {r["method"]: r for r in res.records}
     assert recs["spec@3"]["identical_to_ar"] == 1.0 and recs["ar@adapter=x"]["identical_to_ar"] < 1.0
@@ -239,3 +243,19 @@ def test_a_stopped_bench_resumes_without_rerunning_what_it_logged(tiny_dir, tmp_
     assert len(extended) == 8 and {s["seconds"] for s in samples} <= {s["seconds"] for s in extended}
     assert main(["bench", *args[1:-2], "--out", str(tmp_path / "none"), "--resume"]) == 2
     assert "nothing to resume" in capsys.readouterr().err
+
+
+def test_a_quantized_method_runs_beside_the_unquantized_ones(tiny_dir, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ["hello world", "the cat sat"]))
+    out = tmp_path / "out"
+    methods = "ar,ar@quant=int8,spec@quant=int8@block_size=3"
+    code = main(f"bench --model {tiny_dir} --dtype float32 --adapter none --task jsonl:{prompts} "
+                f"--max-new-tokens 6 --out {out} --methods {methods}".split())  # fmt: skip
+    assert code == 0
+    recs = {r["method"]: r for r in json.loads((out / "results.json").read_text())["records"]}
+    assert recs["ar@quant=int8"]["tokens_per_forward"] == 1.0
+    # spec on the quantized model decodes that model's text: the same as its own ar.
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    by = {(s["method"], s["id"]): s["tokens"] for s in samples}
+    assert all(by[("spec@quant=int8@block_size=3", i)] == by[("ar@quant=int8", i)] for _, i in by)
