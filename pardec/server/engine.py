@@ -221,6 +221,8 @@ class Engine:
             self._score()
             self._admit()
             busy = [(k, s) for k, s in self.sessions.items() if s.active]
+            # Sessions without rows go (one per distinct seed or sampling setting would pile up).
+            self.sessions = dict(busy)
             if not busy:
                 self.metrics.running.set(0)
                 self.wake.wait(0.5)

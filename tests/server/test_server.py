@@ -298,3 +298,12 @@ def test_scores_under_a_gated_adapter_are_the_base_models():
     lp_adapted, top_adapted = score(adapted, ids, 3, mask_id)
     assert lp_adapted[1:] == pytest.approx(lp_base[1:], abs=1e-5) and lp_base[0] is None
     assert [list(t) for t in top_adapted] == [list(t) for t in top_base]
+
+
+def test_idle_sessions_do_not_pile_up(served):
+    for seed in range(5):  # each seed decodes in a session of its own
+        served.client.completions.create(model=NAME, prompt="hi", max_tokens=2, temperature=1.0, seed=seed)
+    deadline = time.time() + 10
+    while served.engine.sessions and time.time() < deadline:
+        time.sleep(0.05)
+    assert not served.engine.sessions
