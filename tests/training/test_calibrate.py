@@ -72,8 +72,13 @@ def test_auto_settings_come_from_the_saved_calibration(trained):
         config, _ = configure(lm2, auto)
         assert config.threshold == 0.6
         assert configure(lm2, dataclasses.replace(auto, method="eb", gamma=None))[0].gamma == 0.3
-        # spec plans with the calibrated reach, and stays the model's own output.
-        spec, extras = configure(lm2, DecodeConfig(method="spec", block_size=4, max_new_tokens=24))
+        # spec predicts with the calibrated reach (what adaptive spec plans with; the fixed shape here,
+        # so that every step verifies drafts whatever this machine's step cost), and stays the model's.
+        _, extras = configure(lm2, DecodeConfig(method="spec", block_size=4, max_new_tokens=24))
+        assert extras["calibration"] == lm2.calibration
+        spec, extras = configure(
+            lm2, DecodeConfig(method="spec", block_size=4, max_new_tokens=24, adaptive=False)
+        )
         assert extras["calibration"] == lm2.calibration
         ar = decode(lm.model, prompts[:2], DecodeConfig(method="ar", max_new_tokens=24), lm.mask_id)
         got = decode(lm.model, prompts[:2], spec, lm.mask_id, extras=extras)
@@ -81,5 +86,7 @@ def test_auto_settings_come_from_the_saved_calibration(trained):
         predicted = [p for g in got for p, _ in g.verified_per_step]
         assert predicted and all(0.0 <= x <= 1.0 for p in predicted for x in p)
         assert all(list(p) == sorted(p, reverse=True) for p in predicted)  # a reach only falls
+        raw = [p for g in decode(lm.model, prompts[:2], spec, lm.mask_id) for p, _ in g.verified_per_step]
+        assert raw and raw != predicted  # without the calibration: the raw confidence products
     finally:
         (lm.adapter / calibration.FILE).unlink()
