@@ -26,6 +26,11 @@ def calibrated(lm, config, field: str, method: str):
     if getattr(config, field) is not None:
         return config
     value = None if lm.calibration is None else getattr(lm.calibration, field)
+    if value is None and lm.calibration is not None:
+        raise PardecError(
+            f"`pardec calibrate` found no {field} for {method} within its quality target on "
+            f"'{lm.adapter}' (its calibration.json reports each candidate): give a {field}"
+        )
     if value is None:
         raise PardecError(
             f"{method} with {field} 'auto' needs a calibrated adapter: run `pardec calibrate` on "

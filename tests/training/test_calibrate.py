@@ -72,6 +72,9 @@ def test_auto_settings_come_from_the_saved_calibration(trained):
         config, _ = configure(lm2, auto)
         assert config.threshold == 0.6
         assert configure(lm2, dataclasses.replace(auto, method="eb", gamma=None))[0].gamma == 0.3
+        calibration.save(lm.adapter, dataclasses.replace(fitted, threshold=0.6, gamma=None))
+        with pytest.raises(PardecError, match="found no gamma for eb within its quality target"):
+            configure(dataclasses.replace(lm), dataclasses.replace(auto, method="eb", gamma=None))
         # spec predicts with the calibrated reach (what adaptive spec plans with; the fixed shape here,
         # so that every step verifies drafts whatever this machine's step cost), and stays the model's.
         _, extras = configure(lm2, DecodeConfig(method="spec", block_size=4, max_new_tokens=24))
