@@ -98,6 +98,16 @@ def train_and_report(args, cfg, what: str, train) -> None:
 
 
 # fmt: off
+def add_decoding_command_args(p: argparse.ArgumentParser) -> None:
+    """What every command that decodes takes: the model, its quantization, adapter and drafter, and
+    the decoding settings."""
+    add_model_args(p)
+    add_quant_arg(p)
+    add_adapter_arg(p)
+    add_drafter_arg(p)
+    add_decode_args(p)
+
+
 def auto_or_float(value: str) -> float | None:
     """'auto' -> None (the adapter's calibrated value), else a float."""
     if value == "auto":

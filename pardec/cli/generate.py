@@ -17,11 +17,7 @@ def add_arguments(g) -> None:
     src = g.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="the user message")
     src.add_argument("--prompt-file", help="JSONL file, one object per line with a 'prompt' field")
-    common.add_model_args(g)
-    common.add_quant_arg(g)
-    common.add_adapter_arg(g)
-    common.add_drafter_arg(g)
-    common.add_decode_args(g)
+    common.add_decoding_command_args(g)
     g.add_argument("--no-chat", action="store_true",
                    help="feed the prompt as raw text, without the chat template")
     g.add_argument("--json", action="store_true",

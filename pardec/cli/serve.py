@@ -20,11 +20,7 @@ DESCRIPTION = (
 
 # fmt: off
 def add_arguments(p) -> None:
-    common.add_model_args(p)
-    common.add_quant_arg(p)
-    common.add_adapter_arg(p)
-    common.add_drafter_arg(p)
-    common.add_decode_args(p)
+    common.add_decoding_command_args(p)
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")

@@ -83,6 +83,18 @@ def test_the_calibration_follows_observed_acceptance():
     assert plan.fed == 1 and plan.low == 1  # only the one draft that keeps the calibration informed
 
 
+class Right(OracleSpec):
+    """Every draft right (the truth AR will decode), stated with full confidence."""
+
+    def update(self, row, ntp, block):
+        upd = super().update(row, ntp, block)
+        start = len(row.committed) + len(upd.commit) - row.n_prompt
+        row.state.tokens = self.truth[start : start + len(row.state.tokens)]
+        if row.state.tokens:
+            row.state.reach = row.state.predicted = torch.ones(len(row.state.tokens))
+        return upd
+
+
 @pytest.fixture(scope="module", params=["llama", "qwen2"])
 def tiny(request):
     return tiny_model(request.param)
@@ -117,15 +129,6 @@ def test_adaptive_spec_with_good_drafts_feeds_them_on_a_flat_curve_and_sparingly
 ):
     model, mask_id = tiny
     ar = run(model, mask_id, PROMPTS[:1], method="ar", max_new_tokens=40)[0]
-
-    class Right(OracleSpec):  # every draft right, stated with full confidence
-        def update(self, row, ntp, block):
-            upd = super().update(row, ntp, block)
-            start = len(row.committed) + len(upd.commit) - row.n_prompt
-            row.state.tokens = self.truth[start : start + len(row.state.tokens)]
-            if row.state.tokens:
-                row.state.reach = row.state.predicted = torch.ones(len(row.state.tokens))
-            return upd
 
     Right.truth = ar.tokens + [0] * 8
     use_policy(Right, monkeypatch)
@@ -167,15 +170,6 @@ def test_in_a_compute_bound_batch_rows_price_drafts_at_their_marginal_cost(tiny,
     curve = linear_cost(ar=1.0, per_token=0.3, block=0.2)
     assert curve.seconds(4, 50, block=True) == pytest.approx(2.1)
     ar = run(model, mask_id, PROMPTS[:1], method="ar", max_new_tokens=30)[0]
-
-    class Right(OracleSpec):  # every draft right, stated with full confidence
-        def update(self, row, ntp, block):
-            upd = super().update(row, ntp, block)
-            start = len(row.committed) + len(upd.commit) - row.n_prompt
-            row.state.tokens = self.truth[start : start + len(row.state.tokens)]
-            if row.state.tokens:
-                row.state.reach = row.state.predicted = torch.ones(len(row.state.tokens))
-            return upd
 
     Right.truth = ar.tokens + [0] * 8
     use_policy(Right, monkeypatch)
