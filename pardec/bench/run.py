@@ -16,6 +16,7 @@ import torch
 from tqdm import tqdm
 
 from .. import tasks
+from ..core.scoring import text_logits
 from ..tasks import Item
 from .methods import Runner
 
@@ -54,9 +55,8 @@ def mean_nll(model, prompt: list[int], tokens: list[int]) -> float:
     """Mean negative log-likelihood of `tokens` after `prompt` under `model` (plain causal forward)."""
     if not tokens:
         return float("nan")
-    ids = torch.tensor([prompt + tokens], device=model.device)
-    logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
-    return float(torch.nn.functional.cross_entropy(logits, ids[0, len(prompt) :]))
+    logits = text_logits(model, prompt + tokens, len(prompt))  # [n, V]
+    return float(torch.nn.functional.cross_entropy(logits, torch.tensor(tokens, device=logits.device)))
 
 
 def read_log(path: Path) -> dict[tuple[str, str, str], RunRecord]:

@@ -49,6 +49,19 @@ def context_limit(model) -> int | None:
     return getattr(model.config, "max_position_embeddings", None)
 
 
+def check_prompt(prompt: list[int], config: DecodeConfig, limit: int | None, index: int | str = "",
+                 max_new_tokens: int = 0) -> None:  # fmt: skip
+    """Refuse a prompt the model cannot decode: an empty one, or one whose tokens (with
+    `max_new_tokens` more, and room for the block slots and drafts) do not fit the context."""
+    name = f"prompt {index}".strip()
+    if not prompt:
+        raise PardecError(f"{name} is empty")
+    if limit is not None and len(prompt) + max_new_tokens + 2 * config.slots + 2 > limit:
+        more = f" and asks for {max_new_tokens} more" if max_new_tokens else ""
+        raise PardecError(f"{name} has {len(prompt)} tokens{more}: more than the model's context of "
+                          f"{limit} allows")  # fmt: skip
+
+
 class Session:
     """A running batch that rows join and leave between steps (continuous batching): `add` a prompt,
     `step` until `active` is empty; each step returns the rows that finished. A row that joins sees
@@ -83,20 +96,12 @@ class Session:
         """Indices of the rows still decoding."""
         return [r.index for r in self.rows]
 
-    def check(self, prompt: list[int], index: int | str = "") -> None:
-        """Refuse a prompt this model cannot decode (before it joins anything)."""
-        if not prompt:
-            raise PardecError(f"prompt {index} is empty")
-        if self.limit is not None and len(prompt) + 2 * self.cfg.slots + 2 > self.limit:
-            raise PardecError(f"prompt {index} has {len(prompt)} tokens, more than the model's context "
-                              f"of {self.limit} allows")  # fmt: skip
-
     def add(self, prompt: list[int], max_new_tokens: int | None = None) -> int:
         """A new row, decoded from the next step on; returns its index (0, 1, ... in order of joining)."""
         if self._stepped and not self.policy.joinable:
             raise PardecError(f"{self.cfg.method} decodes a fixed batch: rows cannot join a running one")
         index = self._next
-        self.check(prompt, index)
+        check_prompt(prompt, self.cfg, self.limit, index)
         self._next += 1
         # Room for the block slots and drafts fed beyond the committed text must stay inside the context.
         budget = max_new_tokens or self.cfg.max_new_tokens
@@ -189,9 +194,7 @@ def decode(
     if not prompts:
         return []
     session = Session(model, config, mask_id, stop_ids, on_commit, extras)
-    for i, p in enumerate(prompts):
-        session.check(p, i)  # every prompt checked before any decodes
-    for p in prompts:
+    for p in prompts:  # each is checked as it joins, before any step decodes
         session.add(p)
     results: dict[int, GenerationResult] = {}
     while session.rows:

@@ -118,6 +118,11 @@ class Speculative(Verifier):
         st.fork = self.plan_fork(row)
         return super().drafts(row)
 
+    @property
+    def branch_tokens(self) -> int:
+        """Tokens a step's branches feed: `tree` branches of an alternative and `tree_depth` drafts."""
+        return self.cfg.tree * (1 + self.cfg.tree_depth)
+
     def plan_fork(self, row) -> int | None:
         """The fed draft the branches replace, or None for no branches: the one with the most expected
         tokens from its alternatives (reach before it times their probability, times one plus the
@@ -141,10 +146,9 @@ class Speculative(Verifier):
         if self.cost is not None:
             expected = 1.0 + sum(reach)
             context = len(row.committed)
-            extra = self.cfg.tree * (1 + depth)
             seconds = lambda n: schedule.step_seconds(self.cost, n, context, True, st.plan.others)  # noqa: E731
             without = expected / seconds(1 + m)
-            with_tree = (expected + gains[fork]) / seconds(1 + m + extra)
+            with_tree = (expected + gains[fork]) / seconds(1 + m + self.branch_tokens)
             if with_tree <= without:
                 return None
         return fork
@@ -207,7 +211,7 @@ class Speculative(Verifier):
         if self.cost is not None:
             plan = st.plan
             # The step's context: committed text before it (row.committed is not extended yet).
-            extra = 0 if fork is None else self.cfg.tree * (1 + self.cfg.tree_depth)
+            extra = 0 if fork is None else self.branch_tokens
             seconds = (
                 schedule.step_seconds(self.cost, 1 + fed + extra, len(row.committed), True, plan.others)
                 if plan.block

@@ -103,7 +103,7 @@ def create_app(engine: Engine, model_name: str, base: DecodeConfig) -> FastAPI:
             )
             return StreamingResponse(stream, media_type="text/event-stream")
         if score_only:
-            done = [Finished("", 0, "length", 0, 0) for _ in jobs]
+            done = [Finished("", (), "length", 0, 0) for _ in jobs]
         else:
             done = await _gather(http, engine, jobs)
         if done is None:

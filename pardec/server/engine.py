@@ -19,8 +19,9 @@ from typing import Any
 import torch
 
 from ..api import TextTracker
+from ..core.scoring import text_logits
 from ..decoding import DecodeConfig
-from ..decoding.engine import GenerationResult, Session
+from ..decoding.engine import GenerationResult, Session, check_prompt, context_limit
 from ..errors import PardecError
 from ..model import LoadedModel
 from .metrics import Metrics
@@ -51,11 +52,14 @@ class Request:
 @dataclass(frozen=True)
 class Finished:
     text: str
-    completion_tokens: int  # tokens emitted (after a stop string's cut)
+    tokens: tuple[int, ...]  # the emitted token ids (after a stop string's cut)
     finish_reason: str  # "stop" or "length"
     accepted_drafts: int
     rejected_drafts: int
-    tokens: tuple[int, ...] = ()  # the emitted token ids
+
+    @property
+    def completion_tokens(self) -> int:
+        return len(self.tokens)
 
 
 @dataclass
@@ -72,10 +76,7 @@ class Scoring:
 def score(model, ids: list[int], top: int, mask_id: int) -> tuple[list[float | None], list[dict[int, float]]]:
     """(log-probability of each token given the ones before it, None for the first; the `top` most
     likely tokens at each position with theirs)."""
-    with torch.no_grad():
-        logits = model(input_ids=torch.tensor([ids], device=model.device)).logits[0].float()  # [T, V]
-    logits[:, mask_id] = float("-inf")
-    lp = torch.log_softmax(logits, -1)[:-1]  # [T - 1, V] predicting tokens 1..T-1
+    lp = torch.log_softmax(text_logits(model, ids, 1, mask_id), -1)  # [T - 1, V] predicting tokens 1..T-1
     target = torch.tensor(ids[1:], device=lp.device)
     token_lp = [None] + lp.gather(1, target[:, None])[:, 0].tolist()
     tops: list[dict[int, float]] = [{}]
@@ -117,15 +118,7 @@ class Engine:
     def check(self, prompt: list[int], config: DecodeConfig) -> None:
         """Refuse what cannot be decoded, before it queues: an empty prompt, one the context cannot hold
         with max_tokens more."""
-        if not prompt:
-            raise PardecError("the prompt is empty")
-        limit = getattr(self.lm.model.config, "max_position_embeddings", None)
-        room = 2 * config.slots + 2
-        if limit is not None and len(prompt) + config.max_new_tokens + room > limit:
-            raise PardecError(
-                f"the prompt has {len(prompt)} tokens: with max_tokens {config.max_new_tokens} that is more "
-                f"than the model's context of {limit} tokens allows"
-            )
+        check_prompt(prompt, config, context_limit(self.lm.model), max_new_tokens=config.max_new_tokens)
 
     def submit(self, requests: list[Request]) -> None:
         """Queue requests (the choices of one API call) together, or refuse them all (QueueFull)."""
@@ -202,14 +195,11 @@ class Engine:
     def _finish(self, key: DecodeConfig, index: int, result: GenerationResult) -> None:
         req = self.running.pop((key, index))
         req.tracker.flush(0)
-        emitted = len(req.tracker.ids[0])
         accepted = rejected = 0
         for fed, acc in result.drafts_per_step:
             accepted, rejected = accepted + acc, rejected + fed - acc
             self.metrics.record_drafts(fed, acc)
-        done = Finished(
-            req.tracker.text(0), emitted, result.finish, accepted, rejected, tuple(req.tracker.ids[0])
-        )
+        done = Finished(req.tracker.text(0), tuple(req.tracker.ids[0]), result.finish, accepted, rejected)
         req.emit("done", done)
 
     def _run(self) -> None:

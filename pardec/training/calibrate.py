@@ -21,6 +21,7 @@ import torch
 from tqdm import tqdm
 
 from ..core.cost import StepCost
+from ..core.scoring import text_logits
 from ..decoding import DecodeConfig, decode
 from ..decoding.engine import GenerationResult
 from ..model import LoadedModel
@@ -42,10 +43,7 @@ def deviation(lm: LoadedModel, prompt: list[int], tokens: list[int]) -> int:
     before them: one causal forward of the base model (gated adapters stay off without [MASK] inputs)."""
     if not tokens:
         return 0
-    ids = torch.tensor([prompt + tokens], device=lm.model.device)  # [1, T]
-    with torch.no_grad():
-        logits = lm.model(input_ids=ids, logits_to_keep=len(tokens) + 1).logits[0, :-1]  # [n, V]
-    logits[:, lm.mask_id] = float("-inf")
+    logits = text_logits(lm.model, prompt + tokens, len(prompt), lm.mask_id)  # [n, V]
     return int((logits.argmax(-1).cpu() != torch.tensor(tokens)).sum())
 
 
@@ -65,8 +63,8 @@ def _seconds(results: list[GenerationResult], prompts: list[list[int]], slots: i
 class _Scorer:
     """Decodes the prompts with a config and measures tokens per forward, deviation and cost."""
 
-    def __init__(self, lm: LoadedModel, prompts: list[list[int]], cfg: CalibrateConfig, cost, progress: bool):
-        self.lm, self.prompts, self.cfg, self.cost, self.progress = lm, prompts, cfg, cost, progress
+    def __init__(self, lm: LoadedModel, prompts: list[list[int]], cfg: CalibrateConfig, cost):
+        self.lm, self.prompts, self.cfg, self.cost = lm, prompts, cfg, cost
 
     def decode(self, config: DecodeConfig, extras=None) -> list[GenerationResult]:
         out = []
@@ -104,7 +102,7 @@ def calibrate(
     """Fit the acceptance calibration and choose threshold / eb settings on `prompts` (token ids)."""
     if lm.adapter is None:
         raise ValueError("calibrate needs an adapter: the plain model's block slots are untrained")
-    scorer = _Scorer(lm, prompts, cfg, cost, progress)
+    scorer = _Scorer(lm, prompts, cfg, cost)
     steps = 1 + len(cfg.thresholds) * ("threshold" in cfg.methods) + len(cfg.gammas) * ("eb" in cfg.methods)
     bar = tqdm(total=steps, desc="calibrate", unit="setting", disable=not progress)
     common = dataclasses.replace(base, temperature=0.0, max_new_tokens=cfg.max_new_tokens)
