@@ -1,7 +1,8 @@
 """The methods of a bench run: `--methods` parsing, and a runner per method behind one interface.
 
 `hf` (transformers' own `generate`, greedy) is a runner like the others: a reference for pardec's
-AR loop. A method may carry an adapter of its own (`spec@adapter=PATH`), decoded with that model.
+AR loop; `llamacpp` (llama.cpp on the model's own GGUF, greedy) is the baseline a local user would run.
+A method may carry an adapter of its own (`spec@adapter=PATH`), decoded with that model.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from ..model import LoadedModel
 from ..model.quant import QUANTS
 
 HF = "hf"
+LLAMACPP = "llamacpp"
+EXTERNAL = (HF, LLAMACPP)  # greedy decoders that are not pardec's loop
 # The value after `method@` without a name sets this setting.
 AUTO = ("threshold", "gamma")  # settings that take "auto": the value `pardec calibrate` saved
 PRIMARY = {"threshold": "threshold", "eb": "gamma", "spec": "block_size", "dflash": "block_size"}
@@ -32,7 +35,7 @@ class MethodSpec:
     adapter: str | None = None  # a checkpoint folder of its own (spec@adapter=PATH); None: the run's model
     quant: str = "none"  # its model's weight-only quantization (ar@quant=int8)
     sets: frozenset[str] = frozenset()  # the DecodeConfig fields the label sets (no trained D overrides them)
-    hf: bool = False  # transformers' generate instead of pardec's loop
+    external: str | None = None  # "hf" or "llamacpp" instead of pardec's loop
 
 
 def parse_methods(text: str, base: DecodeConfig) -> list[MethodSpec]:
@@ -43,7 +46,7 @@ def parse_methods(text: str, base: DecodeConfig) -> list[MethodSpec]:
     fields = {f.name: f.type for f in dataclasses.fields(DecodeConfig)}
     ints = {name for name, kind in fields.items() if str(kind).startswith("int")}
     bools = {name for name, kind in fields.items() if str(kind) == "bool"}  # the rest are floats
-    names = (*METHODS, HF)
+    names = (*METHODS, *EXTERNAL)
     for label in [t.strip() for t in text.split(",") if t.strip()]:
         name, *settings = label.split("@")
         if name not in names:
@@ -52,15 +55,19 @@ def parse_methods(text: str, base: DecodeConfig) -> list[MethodSpec]:
         for s in settings:
             if s.startswith("quant="):
                 quant = s.partition("=")[2]
-                if quant not in QUANTS or name == HF or METHODS[name].own_model:
+                if quant not in QUANTS or name in EXTERNAL or METHODS[name].own_model:
                     raise PardecError(f"bad setting '{s}' in '{label}': quant= takes {', '.join(QUANTS)}")
                 continue
             if s.startswith("adapter="):
                 adapter = s.partition("=")[2]
-                if not adapter or name == HF or METHODS[name].own_model:
+                if not adapter or name in EXTERNAL or METHODS[name].own_model:
                     own = ", ".join(m for m, v in METHODS.items() if not v.own_model)
                     raise PardecError(f"bad setting '{s}' in '{label}': adapter=PATH applies to {own}")
                 continue
+            if name == LLAMACPP:
+                raise PardecError(
+                    f"bad setting '{s}' in '{label}': llamacpp takes none (greedy, the GGUF as shipped)"
+                )
             key, _, value = s.rpartition("=")
             key = key.replace("-", "_") or PRIMARY.get(name)
             if key is None or key not in fields or key in ("method", "stop"):
@@ -80,7 +87,7 @@ def parse_methods(text: str, base: DecodeConfig) -> list[MethodSpec]:
                     )
             except ValueError:
                 raise PardecError(f"bad value '{value}' in '{label}'") from None
-        method = "ar" if name == HF else name
+        method = "ar" if name in EXTERNAL else name
         specs.append(
             MethodSpec(
                 label,
@@ -88,7 +95,7 @@ def parse_methods(text: str, base: DecodeConfig) -> list[MethodSpec]:
                 adapter,
                 quant,
                 frozenset(kw),
-                hf=name == HF,
+                external=name if name in EXTERNAL else None,
             )  # fmt: skip
         )
     if not any(s.label == "ar" for s in specs):
@@ -154,6 +161,11 @@ class HFRunner:
         return Decoded(tokens, len(tokens), [1] * len(tokens), time.perf_counter() - t)
 
 
+def model_for(s: MethodSpec, lm: LoadedModel, own: dict[tuple[str | None, str], LoadedModel]) -> LoadedModel:
+    """The model a method decodes with: the run's, or the one loaded for its own adapter and quantization."""
+    return lm if s.adapter is None and s.quant == "none" else own[(s.adapter, s.quant)]
+
+
 def make_runners(
     lm: LoadedModel,
     specs: list[MethodSpec],
@@ -165,9 +177,14 @@ def make_runners(
     (path, quant)."""
     runners: list[Runner] = []
     for s in specs:
-        model = lm if s.adapter is None and s.quant == "none" else own[(s.adapter, s.quant)]
-        if s.hf:
+        model = model_for(s, lm, own)
+        if s.external == HF:
             runners.append(HFRunner(s, model))
+            continue
+        if s.external == LLAMACPP:
+            from .llamacpp import LlamaCppRunner, open_gguf  # an optional extra
+
+            runners.append(LlamaCppRunner(s, model, open_gguf(model)))
             continue
         config, extras = configure(model, s.config, sets_block_size or "block_size" in s.sets, options)
         runners.append(DecodeRunner(dataclasses.replace(s, config=config), model, config, extras))

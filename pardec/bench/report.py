@@ -117,6 +117,18 @@ def _table(records: list[dict], task: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def memory_line(memory: dict) -> str:
+    """Weights each method's model holds (with the dense copies quantized layers keep for many-token
+    forwards) and the run's peak resident set (all models of the run together)."""
+    parts = [
+        f"{label} {w['weights']:.0f}" + (f" (+{w['dense_copies']:.0f} dense)" if w["dense_copies"] else "")
+        for label, w in memory["weights_mb"].items()
+    ]
+    return (
+        f"Weights in MiB: {', '.join(parts)}; peak resident set of the run {memory['peak_rss_mb']:.0f} MiB."
+    )
+
+
 def plot(result: BenchResult, out: Path) -> list[Path]:
     import matplotlib
 
@@ -213,12 +225,14 @@ def plot_cost(cost: StepCost, path: Path) -> None:
 
 
 def write(result: BenchResult, out: Path, command: str, adapter: str | None = None,
-          cost: StepCost | None = None) -> None:  # fmt: skip
+          cost: StepCost | None = None, memory: dict | None = None) -> None:  # fmt: skip
     """`adapter`: the checkpoint the run's model carries (methods without an adapter of their own);
-    `cost`: the machine's step cost for the run's model, recorded with the results and plotted."""
+    `cost`: the machine's step cost for the run's model, recorded with the results and plotted;
+    `memory`: the run's peak resident set and each method's weights in MiB (`memory_line`)."""
     out.mkdir(parents=True, exist_ok=True)
     meta = dict(command=command, adapter=adapter, torch=torch.__version__, threads=torch.get_num_threads(),
                 machine=machine(), step_cost=None if cost is None else cost.to_json())  # fmt: skip
+    meta["memory"] = memory
     if cost is not None:
         plot_cost(cost, out / "step_cost.png")
     (out / "results.json").write_text(
@@ -234,5 +248,6 @@ def write(result: BenchResult, out: Path, command: str, adapter: str | None = No
             for r in runs
         )
     )
-    (out / "results.md").write_text(f"`{command}`\n\n" + markdown_table(result))
+    memory_text = "" if memory is None else "\n" + memory_line(memory) + "\n"
+    (out / "results.md").write_text(f"`{command}`\n\n" + markdown_table(result) + memory_text)
     plot(result, out)

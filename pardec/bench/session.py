@@ -8,11 +8,13 @@ from pathlib import Path
 import torch
 
 from ..core import cost as step_cost
+from ..core.memory import peak_rss_mb
 from ..decoding import DecodeConfig
 from ..errors import PardecError
 from ..model import checkpoint, load_model
+from ..model.quant import weight_bytes
 from ..tasks import load_tasks
-from .methods import make_runners, parse_methods
+from .methods import make_runners, model_for, parse_methods
 from .report import write
 from .run import BenchResult, read_log, run_bench
 
@@ -74,6 +76,12 @@ def bench(opts: BenchOptions) -> BenchResult:
     result = run_bench(
         runners, items, opts.task, nll_model, chat=opts.chat, progress=opts.progress, log=progress, done=done
     )
-    write(result, out, opts.command, None if lm.adapter is None else str(lm.adapter), cost)
+    memory = dict(peak_rss_mb=peak_rss_mb(), weights_mb={})
+    for s in specs:  # what the model each method decodes with holds (a shared model under each)
+        held = weight_bytes(model_for(s, lm, own).model)
+        memory["weights_mb"][s.label] = dict(
+            weights=held["kernel"] / 2**20, dense_copies=held["dense"] / 2**20
+        )
+    write(result, out, opts.command, None if lm.adapter is None else str(lm.adapter), cost, memory)
     progress.unlink()  # samples.jsonl now holds every run
     return result

@@ -21,12 +21,15 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_quant_arg(p: argparse.ArgumentParser) -> None:
+    from ..model.quant import QUANTS
+
     p.add_argument(
         "--quant",
-        choices=("none", "int8"),
+        choices=QUANTS,
         default="none",
-        help="weight-only quantization of the linear layers: int8 halves what a one-token "
-        "forward reads (PyTorch's CPU kernel); default none",
+        help="weight-only quantization of the linear layers (PyTorch's CPU kernels): int8 halves "
+        "what a one-token forward reads, int4 (groups of 32) quarters it, gguf takes the GGUF's own "
+        "4-bit blocks as shipped (and int8 for its other formats); default none",
     )
 
 

@@ -11,8 +11,8 @@ from . import common
 HELP = "measure what a decoding step costs on this machine (the curve adaptive spec follows)"
 DESCRIPTION = (
     "Time one forward by the number of pending tokens fed, with and without a block of [MASK] slots, "
-    "at two context lengths, for the model as loaded (adapter, dtype). The result is cached and is "
-    "what `--adaptive` decoding reads; --refresh measures again."
+    "at two context lengths, for the model as loaded (adapter, dtype, quantization), and what it holds in "
+    "memory. The result is cached and is what `--adaptive` decoding reads; --refresh measures again."
 )
 
 
@@ -31,8 +31,10 @@ def add_arguments(p) -> None:
 def run(args) -> None:
     from ..bench.report import plot_cost
     from ..core import cost as step_cost
+    from ..core.memory import peak_rss_mb, rss_mb
     from ..errors import PardecError
     from ..model import load_model
+    from ..model.quant import weight_bytes
 
     if args.block_size is not None and args.block_size < 1:
         raise PardecError(f"block size must be an integer >= 1, got {args.block_size}")
@@ -50,9 +52,16 @@ def run(args) -> None:
         cells = " | ".join(f"{1000 * cost.seconds(n, c):.1f} | {cost.relative(n, c):.2f} | "
                            f"{cost.relative(n, c, block=True):.2f}" for c in cost.contexts)  # fmt: skip
         print(f"| {n} | {cells} |")
+    held = weight_bytes(lm.model)
+    memory = dict(weights_mb=held["kernel"] / 2**20, dense_copies_mb=held["dense"] / 2**20,
+                  rss_mb=rss_mb(), peak_rss_mb=peak_rss_mb())  # fmt: skip
+    print(f"memory ({args.quant}): weights {memory['weights_mb']:.0f} MiB, dense copies for many-token "
+          f"forwards {memory['dense_copies_mb']:.0f} MiB; resident {memory['rss_mb']:.0f} MiB, "
+          f"peak {memory['peak_rss_mb']:.0f} MiB")  # fmt: skip
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "step_cost.json").write_text(json.dumps(cost.to_json(), indent=1) + "\n")
+        record = dict(cost.to_json(), memory=memory)
+        (out / "step_cost.json").write_text(json.dumps(record, indent=1) + "\n")
         plot_cost(cost, out / "step_cost.png")
         print(f"wrote {out}/step_cost.json, step_cost.png", file=sys.stderr)

@@ -89,6 +89,33 @@ def resolve(model: str) -> Path | str:
     )
 
 
+def gguf_file(model: str, purpose: str = "--quant gguf") -> Path:
+    """The GGUF file a `--model` value was converted from (for `--quant gguf`). A packaged model's
+    parts are assembled and checked once into the cache and kept there."""
+    if model in PACKAGED:
+        spec = PACKAGED[model]
+        kept = cache_dir() / "gguf" / spec.gguf_name
+        if kept.is_file() and (spec.size is None or kept.stat().st_size == spec.size):
+            return kept
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        work = cache_dir() / "gguf" / (model + ".assemble")
+        work.mkdir(exist_ok=True)
+        try:
+            built = assemble_gguf(spec, work)
+            if built.parent != work:  # a single-part model: the package's own file
+                return built
+            built.rename(kept)  # atomic: an interrupted assembly never looks finished
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return kept
+    path = Path(model).expanduser()
+    if path.suffix == ".gguf" and path.is_file():
+        return path
+    raise PardecError(
+        f"{purpose} needs a model loaded from a GGUF (a .gguf file or a packaged alias), not '{model}'"
+    )
+
+
 def load_base(model: str, dtype: torch.dtype = torch.bfloat16):
     """(model, tokenizer) for a `--model` value, as published: eval mode, sdpa attention, no [MASK]."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -154,12 +181,15 @@ def load_model(
 ) -> LoadedModel:
     """Load a model by HF id, folder, GGUF file or packaged alias, add `[MASK]`, and apply an adapter:
     "auto" (the one bundled for this model, if any), "none", or a checkpoint folder; then quantize
-    its linear layers' weights if `quant` says so ("int8")."""
+    its linear layers' weights if `quant` says so (model/quant.py: int8, int4, or gguf, the GGUF's own
+    4-bit blocks)."""
     if quant not in quantization.QUANTS:
         raise PardecError(f"unknown quantization '{quant}': one of {', '.join(quantization.QUANTS)}")
+    if quant == "gguf":
+        gguf_file(model)  # refuse a model without a GGUF before the slow load
     lm, tok = load_base(model, dtype)
     mask_id = add_mask_token(lm, tok)
     path = checkpoint.resolve_adapter(model, adapter)
     settings = None if path is None else checkpoint.apply(lm, path, model, mask_id)
-    quantization.quantize(lm, quant)
+    quantization.quantize(lm, quant, gguf=gguf_file(model) if quant == "gguf" else None)
     return LoadedModel(lm, tok, model, path, settings, quant)

@@ -1,59 +1,177 @@
-"""Weight-only int8 linears on CPU through PyTorch's own kernel (`aten._weight_int8pack_mm`).
+"""Weight-only quantized linears on CPU through PyTorch's own kernels.
 
-Each output channel keeps int8 weights and one scale (symmetric, max-abs). On a CPU a one-token
-forward reads every weight once, so int8 halves what it reads; for a forward of many tokens the int8
-kernel is slower than a bf16 matmul, so above `max_int8_tokens` tokens the same quantized weights
-run as a dense matmul of their dequantized values. Both paths compute the same function (the
-quantized model), so `spec` stays lossless with respect to it. LoRA adapters wrap the quantized base
-(their update runs as before, on the block slots only for gated ones).
+- `int8`: int8 weights and one scale per output channel (symmetric, max-abs),
+  `aten._weight_int8pack_mm`.
+- `int4`: 4-bit codes per group of 32 input weights with a scale and a minimum each (affine, the
+  shape of the GGUF's Q4 blocks), `aten._weight_int4pack_mm_for_cpu`.
+- `gguf`: the GGUF's own 4-bit blocks (Q4_0, Q4_1, Q4_K) go to the int4 kernel as they were shipped
+  (model/gguf_blocks.py); tensors in other formats (5-, 6- and 8-bit blocks, which no PyTorch kernel
+  takes group-wise) go to per-channel int8 from their dequantized values.
+
+On a CPU a one-token forward reads every weight once, so fewer bytes per weight pay; for a forward
+of many tokens these kernels are slower than a bf16 matmul, so above `max_kernel_tokens` tokens the
+same quantized weights run as a dense matmul of their dequantized values. Both paths compute the
+same function (the quantized model), so `spec` stays lossless with respect to it. LoRA adapters
+wrap the quantized base (their update runs as before, on the block slots only for gated ones).
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-QUANTS = ("none", "int8")
-MAX_INT8_TOKENS = 4  # forwards of more tokens run the dequantized weights as a dense matmul
+QUANTS = ("none", "int8", "int4", "gguf")
+GROUP = 32  # int4 group size: Q4_0/Q4_1/Q4_K's sub-blocks
+MAX_KERNEL_TOKENS = {"int8": 4, "int4": 4}  # forwards of more tokens run the dense dequantized weights
 
 
-class Int8Linear(nn.Module):
-    def __init__(self, linear: nn.Linear, max_int8_tokens: int = MAX_INT8_TOKENS):
+class QuantizedLinear(nn.Module):
+    """A weight-only kernel for forwards of few tokens; the dequantized weights as a dense matmul
+    for more (`dense`, the same function)."""
+
+    kind = ""
+
+    def __init__(self, dense: torch.Tensor, bias: torch.Tensor | None, max_kernel_tokens: int):
         super().__init__()
-        w = linear.weight.detach().float()  # [N, K]
-        scale = (w.abs().amax(1) / 127).clamp_min(1e-12)  # [N]
-        q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
-        dtype = linear.weight.dtype
-        self.register_buffer("weight_int8", q, persistent=False)
-        self.register_buffer("scale", scale.to(dtype), persistent=False)
-        # The same quantized weights, dequantized, for forwards of many tokens.
-        self.register_buffer("dense", (q.float() * scale[:, None]).to(dtype), persistent=False)
-        self.bias = linear.bias
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.max_int8_tokens = max_int8_tokens
+        self.register_buffer("dense", dense, persistent=False)  # [N, K] in the activation dtype
+        self.bias = bias
+        self.out_features, self.in_features = dense.shape
+        self.max_kernel_tokens = max_kernel_tokens
+
+    def kernel(self, x: torch.Tensor) -> torch.Tensor:  # [T, K] -> [T, N]
+        raise NotImplementedError
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [..., K]
         tokens = x.numel() // x.shape[-1]
-        if tokens > self.max_int8_tokens:
+        if tokens > self.max_kernel_tokens:
             return F.linear(x, self.dense, self.bias)
-        y = torch.ops.aten._weight_int8pack_mm(x.reshape(-1, x.shape[-1]), self.weight_int8, self.scale)
-        y = y.reshape(*x.shape[:-1], self.out_features)
+        y = self.kernel(x.reshape(-1, x.shape[-1])).reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias
 
+    def extra_repr(self) -> str:
+        return f"in={self.in_features}, out={self.out_features}, kernel up to {self.max_kernel_tokens} tokens"
 
-def quantize(model, kind: str, max_int8_tokens: int = MAX_INT8_TOKENS, head: bool = True) -> int:
-    """Replace the model's linear layers (those inside LoRA wrappers too; the output head if `head`)
-    with quantized ones, in place. Returns how many were replaced."""
-    if kind == "none":
-        return 0
-    if kind not in QUANTS:
-        raise ValueError(f"unknown quantization '{kind}': one of {', '.join(QUANTS)}")
-    count = 0
+
+class Int8Linear(QuantizedLinear):
+    kind = "int8"
+
+    def __init__(self, linear: nn.Linear, max_kernel_tokens: int = MAX_KERNEL_TOKENS["int8"]):
+        w = linear.weight.detach().float()  # [N, K]
+        scale = (w.abs().amax(1) / 127).clamp_min(1e-12)  # [N]
+        q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)  # [N, K]
+        dtype = linear.weight.dtype
+        super().__init__((q.float() * scale[:, None]).to(dtype), linear.bias, max_kernel_tokens)
+        self.register_buffer("weight_int8", q, persistent=False)
+        self.register_buffer("scale", scale.to(dtype), persistent=False)
+
+    def kernel(self, x):
+        return torch.ops.aten._weight_int8pack_mm(x, self.weight_int8, self.scale)
+
+
+class Int4Linear(QuantizedLinear):
+    """w = code * scale + minimum per group of `group` input weights, code in 0..15."""
+
+    kind = "int4"
+
+    def __init__(
+        self,
+        codes: torch.Tensor,  # [N, K] integers 0..15
+        scale: torch.Tensor,  # [N, K / group]
+        minimum: torch.Tensor,  # [N, K / group]
+        bias: torch.Tensor | None,
+        dtype: torch.dtype,
+        max_kernel_tokens: int = MAX_KERNEL_TOKENS["int4"],
+    ):
+        n, k = codes.shape
+        group = k // scale.shape[1]
+        if not fits_int4(n, k, group):
+            raise ValueError(f"the int4 kernel takes no [{n} x {k}] weight in groups of {group}")
+        scale, minimum = scale.float(), minimum.float()
+        dense = codes.float().reshape(n, -1, group) * scale[..., None] + minimum[..., None]  # [N, K/g, g]
+        super().__init__(dense.reshape(n, k).to(dtype), bias, max_kernel_tokens)
+        self.group = group
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32).contiguous(), 1)
+        self.register_buffer("packed", packed, persistent=False)  # [N, K / 2] uint8
+        # The kernel computes (code - 8) * scale + zero, its groups along K.
+        zero = minimum + 8 * scale
+        self.register_buffer(
+            "scale_zero",
+            torch.stack([scale, zero], -1).transpose(0, 1).contiguous().to(dtype),
+            persistent=False,
+        )
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, group: int = GROUP) -> Int4Linear:
+        w = linear.weight.detach().float()  # [N, K]
+        n, k = w.shape
+        wg = w.reshape(n, k // group, group)
+        low, high = wg.amin(-1), wg.amax(-1)  # [N, K/g]
+        scale = ((high - low) / 15).clamp_min(1e-12)
+        codes = torch.round((wg - low[..., None]) / scale[..., None]).clamp(0, 15).reshape(n, k)
+        return cls(codes, scale, low, linear.bias, linear.weight.dtype)
+
+    def kernel(self, x):
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.packed, self.group, self.scale_zero)
+
+
+def fits_int4(n: int, k: int, group: int = GROUP) -> bool:
+    return n % 16 == 0 and k % group == 0 and k % 2 == 0
+
+
+def _linears(model, head: bool):
+    """(parent, attribute, full name, linear) for every plain nn.Linear, those inside LoRA wrappers too."""
     for name, module in list(model.named_modules()):
         for child_name, child in list(module.named_children()):
             full = f"{name}.{child_name}" if name else child_name
             if type(child) is nn.Linear and (head or not full.endswith("lm_head")):
-                setattr(module, child_name, Int8Linear(child, max_int8_tokens))
-                count += 1
-    return count
+                yield module, child_name, full, child
+
+
+def quantize(model, kind: str, head: bool = True, gguf: Path | None = None) -> dict[str, int]:
+    """Replace the model's linear layers (the output head too if `head`) with quantized ones, in
+    place. `gguf`: the GGUF file the model was converted from (for kind "gguf"). Returns how many
+    layers each kernel took, e.g. {"int4": 168, "int8": 1}; a weight the int4 kernel cannot take
+    (an output count not a multiple of 16) goes to int8."""
+    if kind not in QUANTS:
+        raise ValueError(f"unknown quantization '{kind}': one of {', '.join(QUANTS)}")
+    counts = {"int4": 0, "int8": 0}
+    if kind == "none":
+        return counts
+    shipped = {}
+    if kind == "gguf":
+        if gguf is None:
+            raise ValueError("quantization 'gguf' needs the GGUF file the model came from")
+        from . import gguf_blocks
+
+        shipped = gguf_blocks.int4_tensors(gguf, model)
+    for parent, attr, full, linear in _linears(model, head):
+        name = full.removesuffix(".base")  # a LoRA wrapper's base is the model's own layer
+        if kind == "gguf" and name in shipped:
+            codes, scale, minimum = shipped[name]
+            q = Int4Linear(codes, scale, minimum, linear.bias, linear.weight.dtype)
+        elif kind == "int4" and fits_int4(linear.out_features, linear.in_features):
+            q = Int4Linear.from_linear(linear)
+        else:
+            q = Int8Linear(linear)
+        setattr(parent, attr, q)
+        counts[q.kind] += 1
+    return counts
+
+
+def weight_bytes(model) -> dict[str, int]:
+    """Bytes the model holds in parameters and buffers: `kernel` (what a few-token forward reads:
+    packed codes and scales, or the dense weights where nothing is quantized) and `dense` (the
+    dequantized copies many-token forwards read)."""
+    kernel = dense = 0
+    for m in model.modules():
+        own = list(m.named_parameters(recurse=False)) + list(m.named_buffers(recurse=False))
+        for name, t in own:
+            size = t.numel() * t.element_size()
+            if isinstance(m, QuantizedLinear) and name == "dense":
+                dense += size
+            else:
+                kernel += size
+    return {"kernel": kernel, "dense": dense}

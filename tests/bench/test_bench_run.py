@@ -249,7 +249,7 @@ def test_a_quantized_method_runs_beside_the_unquantized_ones(tiny_dir, tmp_path)
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ["hello world", "the cat sat"]))
     out = tmp_path / "out"
-    methods = "ar,ar@quant=int8,spec@quant=int8@block_size=3"
+    methods = "ar,ar@quant=int8,spec@quant=int8@block_size=3,ar@quant=int4"
     code = main(f"bench --model {tiny_dir} --dtype float32 --adapter none --task jsonl:{prompts} "
                 f"--max-new-tokens 6 --out {out} --methods {methods}".split())  # fmt: skip
     assert code == 0
@@ -259,3 +259,64 @@ def test_a_quantized_method_runs_beside_the_unquantized_ones(tiny_dir, tmp_path)
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     by = {(s["method"], s["id"]): s["tokens"] for s in samples}
     assert all(by[("spec@quant=int8@block_size=3", i)] == by[("ar@quant=int8", i)] for _, i in by)
+    # What each method's model holds: quantized layers are smaller and keep dense copies beside.
+    memory = json.loads((out / "results.json").read_text())["meta"]["memory"]
+    held = memory["weights_mb"]
+    assert held["ar"]["dense_copies"] == 0 and held["ar@quant=int8"]["dense_copies"] > 0
+    assert held["ar@quant=int4"]["weights"] < held["ar@quant=int8"]["weights"] < held["ar"]["weights"]
+    assert memory["peak_rss_mb"] > held["ar"]["weights"]
+    assert "peak resident set" in (out / "results.md").read_text()
+
+
+class FakeLlama:
+    """llama-cpp-python's Llama as the runner uses it: reset, n_ctx, a greedy token stream."""
+
+    def __init__(self, stream):
+        self.stream, self.resets, self.fed = stream, 0, []
+
+    def n_ctx(self):
+        return 64
+
+    def reset(self):
+        self.resets += 1
+
+    def generate(self, tokens, temp, top_k, reset):
+        assert temp == 0.0 and top_k == 1 and reset
+        self.fed.append(list(tokens))
+        yield from self.stream
+
+
+def test_the_llamacpp_runner_feeds_the_prompt_ids_from_an_empty_cache_and_stops_like_ar(tiny_dir):
+    from pardec.bench.llamacpp import LlamaCppRunner
+    from pardec.model import load_model
+
+    lm = load_model(tiny_dir, torch.float32, "none")
+    spec = parse_methods("llamacpp", DecodeConfig(max_new_tokens=5))[1]
+    assert spec.external == "llamacpp" and spec.config.method == "ar"
+    stop = min(lm.stop_ids)
+    words = [t for t in range(40) if t not in lm.stop_ids]
+    fake = FakeLlama([words[0], words[1], stop, words[2]])
+    run = LlamaCppRunner(spec, lm, fake).run([1, 2])
+    assert run.tokens == words[:2] and fake.fed == [[1, 2]] and fake.resets == 1
+    assert LlamaCppRunner(spec, lm, FakeLlama(words)).run([1]).tokens == words[:5]  # max_new_tokens
+    with pytest.raises(PardecError, match="exceeds"):
+        LlamaCppRunner(spec, lm, fake).run([1] * 62)
+    with pytest.raises(PardecError, match="llamacpp takes none"):
+        parse_methods("llamacpp@temperature=0.5", DecodeConfig())
+    with pytest.raises(PardecError, match="quant= takes"):
+        parse_methods("llamacpp@quant=int8", DecodeConfig())
+
+
+def test_llamacpp_says_how_to_install_it_and_needs_a_gguf(tiny_dir, monkeypatch):
+    import sys
+
+    from pardec.bench.llamacpp import open_gguf
+    from pardec.model import load_model
+
+    lm = load_model(tiny_dir, torch.float32, "none")
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # not installed
+    with pytest.raises(PardecError, match=r"pardec\[llamacpp\]"):
+        open_gguf(lm)
+    monkeypatch.setitem(sys.modules, "llama_cpp", object())
+    with pytest.raises(PardecError, match="method 'llamacpp' needs a model loaded from a GGUF"):
+        open_gguf(lm)

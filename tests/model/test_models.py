@@ -115,6 +115,20 @@ def test_real_smollm2_generates_and_spec_equals_ar():
     assert spec.token_ids == ar.token_ids
 
 
+@pytest.mark.slow
+def test_real_smollm2_decodes_from_its_ggufs_own_4bit_blocks():
+    from pardec import DecodeConfig, generate, load_model
+    from pardec.model.quant import Int4Linear
+
+    lm = load_model("smollm2-135m", torch.float32, "none", quant="gguf")
+    layers = [m for m in lm.model.modules() if isinstance(m, Int4Linear)]
+    assert len(layers) == 30 * 7  # every Q4_1 layer, Llama's q/k rows restored (checked on load)
+    prompt = ["What is the capital of France? Answer in one sentence."]
+    ar = generate(lm, prompt, DecodeConfig(method="ar", max_new_tokens=16))[0]
+    spec = generate(lm, prompt, DecodeConfig(method="spec", max_new_tokens=16))[0]
+    assert "Paris" in ar.text and spec.token_ids == ar.token_ids
+
+
 def test_auto_adapter_is_the_bundled_one_for_packaged_aliases_only(tmp_path, monkeypatch, tiny_dir):
     monkeypatch.setattr(checkpoint, "BUNDLED", tmp_path)
     (tmp_path / "qwen2.5-coder-0.5b").mkdir()

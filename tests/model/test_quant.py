@@ -1,4 +1,4 @@
-"""Weight-only int8 linears: both paths compute the quantized model, and spec stays lossless with
+"""Weight-only int8 and int4 linears: both paths compute the quantized model, and spec stays lossless with
 respect to it (greedy, fp32 activations)."""
 
 import pytest
@@ -9,13 +9,13 @@ from torch import nn
 from pardec.decoding import DecodeConfig, decode
 from pardec.errors import PardecError
 from pardec.model import adapters, load_model
-from pardec.model.quant import Int8Linear, quantize
+from pardec.model.quant import Int4Linear, Int8Linear, quantize, weight_bytes
 
 
 def test_int8_linear_is_the_quantized_matmul_for_few_and_many_tokens():
     torch.manual_seed(0)
     linear = nn.Linear(64, 96, bias=True)
-    q = Int8Linear(linear, max_int8_tokens=4)
+    q = Int8Linear(linear, max_kernel_tokens=4)
     assert q.weight_int8.dtype == torch.int8 and q.scale.shape == (96,)
     deq = q.weight_int8.float() * q.scale[:, None]
     assert (deq - linear.weight).abs().max() <= q.scale.max() / 2 + 1e-6  # rounding to the nearest step
@@ -30,33 +30,61 @@ def test_quantize_replaces_every_linear_also_inside_lora_and_optionally_the_head
     model, _ = tiny_model("llama")
     adapters.attach(model, adapters.LoRAConfig("gated-lora", rank=4, alpha=8))
     n_linear = sum(type(m) is nn.Linear for m in model.modules())
-    assert quantize(model, "int8", head=False) == n_linear - 1
+    assert quantize(model, "int8", head=False) == {"int4": 0, "int8": n_linear - 1}
     assert type(model.lm_head) is nn.Linear
     assert all(type(m.base) is Int8Linear for m in adapters.lora_modules(model).values())
-    assert quantize(model, "none") == 0
+    assert quantize(model, "none") == {"int4": 0, "int8": 0}
     with pytest.raises(ValueError):
         quantize(model, "int3")
 
 
+def test_load_model_refuses_an_unknown_quantization(tiny_dir):
+    with pytest.raises(PardecError, match="unknown quantization"):
+        load_model(tiny_dir, torch.float32, "none", quant="int3")
+    with pytest.raises(PardecError, match="needs a model loaded from a GGUF"):
+        load_model(tiny_dir, torch.float32, "none", quant="gguf")
+    lm = load_model(tiny_dir, torch.float32, "none", quant="int8")
+    assert lm.quant == "int8" and isinstance(lm.model.lm_head, Int8Linear)
+
+
+def test_int4_linear_is_the_group_affine_matmul_for_few_and_many_tokens():
+    torch.manual_seed(0)
+    linear = nn.Linear(64, 32, bias=True)
+    q = Int4Linear.from_linear(linear)
+    assert q.group == 32 and q.packed.dtype == torch.uint8 and q.packed.shape == (32, 32)
+    w = linear.weight.reshape(32, 2, 32)
+    step = (w.amax(-1) - w.amin(-1)) / 15  # [N, groups]
+    assert ((q.dense.reshape(32, 2, 32) - w).abs() <= step[..., None] / 2 + 1e-6).all()
+    for tokens in (1, 4, 5, 16):  # the int4 kernel up to 4 tokens, the dense matmul above
+        x = torch.randn(2, tokens, 64)
+        torch.testing.assert_close(q(x), x @ q.dense.T + linear.bias, rtol=1e-5, atol=1e-5)
+
+
+def test_int4_takes_what_its_kernel_can_and_int8_the_rest():
+    model, _ = tiny_model("qwen2")  # vocab 49 rows: the head's output count is no multiple of 16
+    counts = quantize(model, "int4")
+    assert counts == {"int4": 2 * 7, "int8": 1}
+    assert isinstance(model.lm_head, Int8Linear)
+    assert isinstance(model.model.layers[0].self_attn.k_proj, Int4Linear)  # 32 outputs
+    with pytest.raises(ValueError, match="needs the GGUF"):
+        quantize(tiny_model("qwen2")[0], "gguf")
+    bytes_ = weight_bytes(model)
+    assert bytes_["dense"] > 0 and bytes_["kernel"] > 0
+
+
 @pytest.mark.parametrize("kind", ["llama", "qwen2"])
-def test_spec_on_the_quantized_model_equals_its_own_ar(kind):
+@pytest.mark.parametrize("quant", ["int8", "int4"])
+def test_spec_on_the_quantized_model_equals_its_own_ar(kind, quant):
     model, mask_id = tiny_model(kind)
     adapters.attach(model, adapters.LoRAConfig("gated-lora", rank=4, alpha=8))
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for m in adapters.lora_modules(model).values():
             m.lora_b.copy_(torch.randn(m.lora_b.shape, generator=g) * 0.5)
-    quantize(model, "int8")
+    quantize(model, quant)
     prompts = [[1, 2, 3, 4, 5], [7, 8, 9]]
     ar = decode(model, prompts, DecodeConfig(method="ar", max_new_tokens=24), mask_id)
     for tree in (0, 1):
         config = DecodeConfig(method="spec", block_size=4, tree=tree, adaptive=False, max_new_tokens=24)
         spec = decode(model, prompts, config, mask_id)
         assert [s.tokens for s in spec] == [a.tokens for a in ar]
-
-
-def test_load_model_refuses_an_unknown_quantization(tiny_dir):
-    with pytest.raises(PardecError, match="unknown quantization"):
-        load_model(tiny_dir, torch.float32, "none", quant="int3")
-    lm = load_model(tiny_dir, torch.float32, "none", quant="int8")
-    assert lm.quant == "int8" and isinstance(lm.model.lm_head, Int8Linear)
