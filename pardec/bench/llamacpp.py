@@ -41,6 +41,9 @@ class LlamaCppRunner:
     lm: LoadedModel
     llama: Any  # a llama_cpp.Llama on the model's GGUF
 
+    def close(self) -> None:
+        self.llama.close()  # now, not at interpreter exit when llama.cpp's bindings are gone
+
     def run(self, ids: list[int], max_new_tokens: int | None = None):
         limit = max_new_tokens or self.spec.config.max_new_tokens
         if len(ids) + limit > self.llama.n_ctx():

@@ -76,6 +76,8 @@ def bench(opts: BenchOptions) -> BenchResult:
     result = run_bench(
         runners, items, opts.task, nll_model, chat=opts.chat, progress=opts.progress, log=progress, done=done
     )
+    for runner in runners:
+        getattr(runner, "close", lambda: None)()  # llamacpp's model
     memory = dict(peak_rss_mb=peak_rss_mb(), weights_mb={})
     for s in specs:  # what the model each method decodes with holds (a shared model under each)
         held = weight_bytes(model_for(s, lm, own).model)

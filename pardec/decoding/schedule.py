@@ -7,8 +7,9 @@ feeding the first k drafts and a block commits 1 + p_1 + ... + p_k tokens in exp
 StepCost.seconds(1 + k, context, block=True). The schedule feeds the k with the most tokens per
 second. When even the best k is slower than a plain AR step (1 token for StepCost.seconds(1, context))
 twice in a row, and the block steps' realized rate (a moving average of tokens committed over their
-cost) is slower too, the row decodes plain AR steps for a while (1, 2, 4, ... up to `max_backoff`
-steps, doubling until block steps have paid again: drafts that only look good do not reset it), then
+cost, over every block step: probes and steps without drafts are part of what blocks cost) is slower
+too, the row decodes plain AR steps for a while (1, 2, 4, ... up to `max_backoff` steps, doubling
+until block steps have paid again: drafts that only look good do not reset it), then
 probes with one block step to get fresh drafts, and judges the steps after it afresh. A step without
 drafts (a probe, or after a rejection the block did not cover) is a block step that is not judged;
 a step with drafts feeds at least one, so that the calibration keeps seeing verified drafts.
@@ -109,7 +110,7 @@ def record(plan: Plan, reach: torch.Tensor | None, fed: int, accepted: int, seco
     if fed and reach is not None:
         plan.predicted += float(reach[:fed].float().sum())
         plan.observed += accepted
-    if seconds is not None and fed:  # block steps that verified drafts: what feeding them pays
+    if seconds is not None:  # every block step, probes too: what decoding with blocks pays
         if plan.tokens is None:
             plan.tokens, plan.seconds = tokens, seconds
         else:

@@ -33,7 +33,7 @@ from .policy import Method, register
 from .state import Row, Update
 from .verifier import Drafts, Verifier
 
-MAX_BACKOFF = 32  # most plain AR steps between two probes
+MAX_BACKOFF = 128  # most plain AR steps between two probes (where blocks keep failing to pay)
 PRIOR_TOKENS = 2.0  # tokens a row's block step is taken to commit before it has done one
 
 

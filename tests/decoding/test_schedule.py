@@ -181,3 +181,30 @@ def test_in_a_compute_bound_batch_rows_price_drafts_at_their_marginal_cost(tiny,
     single = [n for b in batch for n in b.accepted_per_step[1:]]  # after each row's prompt step
     assert sum(n == 1 for n in single) > 0.9 * len(single)  # plain AR steps in the batch
     assert sum(n == 1 for n in alone.accepted_per_step[1:]) <= 1  # only the step that drafts first
+
+
+def decode_with_plan(cost, reach, accepted, tokens=1000, max_backoff=128):
+    """Simulate a row's schedule: drafts with the given predicted reach of which `accepted` (at most
+    the fed ones) are right, after every block step; returns tokens per second against AR's 1 / ar."""
+    plan, done, seconds, n_drafts = Plan(), 0, 0.0, 0
+    while done < tokens:
+        plan_step(plan, reach if n_drafts else None, n_drafts, 100, cost, max_backoff)
+        if plan.block:
+            step = cost.seconds(1 + plan.fed, 100, block=True)
+            right = min(accepted, plan.fed)
+            record(plan, reach if plan.fed else None, plan.fed, right, step)
+            done, seconds, n_drafts = done + 1 + right, seconds + step, len(reach)
+        else:
+            record(plan, None, 0, 0, None)
+            done, seconds, n_drafts = done + 1, seconds + cost.seconds(1, 100), 0
+    return done / seconds * cost.seconds(1, 100)
+
+
+def test_where_blocks_never_pay_probes_count_and_the_row_decodes_nearly_at_ar_speed():
+    costly = linear_cost(block=3.0)  # a block step costs 4 AR steps (a steep curve, int4 weights)
+    sure = torch.tensor([0.99, 0.99, 0.99, 0.99])  # drafts that look sure, of which one is right
+    assert decode_with_plan(costly, sure, 1) > 0.9
+    assert decode_with_plan(FLAT, sure, 1) > 1.9  # where blocks cost nothing, the same drafts pay
+    plan = Plan()
+    record(plan, None, 0, 0, 4.0)  # a probe: a block step that verified no draft counts in the rate
+    assert plan.tokens == 1.0 and plan.seconds == 4.0
