@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -40,6 +41,10 @@ class LlamaCppRunner:
     spec: MethodSpec
     lm: LoadedModel
     llama: Any  # a llama_cpp.Llama on the model's GGUF
+
+    def held(self) -> dict[str, int]:
+        """What it holds: the GGUF's bytes (llama.cpp maps the file and reads its blocks as they are)."""
+        return {"kernel": Path(self.llama.model_path).stat().st_size, "dense": 0}
 
     def close(self) -> None:
         self.llama.close()  # now, not at interpreter exit when llama.cpp's bindings are gone

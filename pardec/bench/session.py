@@ -76,14 +76,14 @@ def bench(opts: BenchOptions) -> BenchResult:
     result = run_bench(
         runners, items, opts.task, nll_model, chat=opts.chat, progress=opts.progress, log=progress, done=done
     )
-    for runner in runners:
-        getattr(runner, "close", lambda: None)()  # llamacpp's model
     memory = dict(peak_rss_mb=peak_rss_mb(), weights_mb={})
-    for s in specs:  # what the model each method decodes with holds (a shared model under each)
-        held = weight_bytes(model_for(s, lm, own).model)
+    for s, runner in zip(specs, runners):  # what each method decodes with holds (a shared model under each)
+        held = runner.held() if hasattr(runner, "held") else weight_bytes(model_for(s, lm, own).model)
         memory["weights_mb"][s.label] = dict(
             weights=held["kernel"] / 2**20, dense_copies=held["dense"] / 2**20
         )
+    for runner in runners:
+        getattr(runner, "close", lambda: None)()  # llamacpp's model
     write(result, out, opts.command, None if lm.adapter is None else str(lm.adapter), cost, memory)
     progress.unlink()  # samples.jsonl now holds every run
     return result

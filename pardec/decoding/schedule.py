@@ -10,7 +10,10 @@ twice in a row, and the block steps' realized rate (a moving average of tokens c
 cost, over every block step: probes and steps without drafts are part of what blocks cost) is slower
 too, the row decodes plain AR steps for a while (1, 2, 4, ... up to `max_backoff` steps, doubling
 until block steps have paid again: drafts that only look good do not reset it), then
-probes with one block step to get fresh drafts, and judges the steps after it afresh. A step without
+probes with one block step to get fresh drafts, and judges the steps after it afresh. A probe is a
+block step for one token, so the AR run before it is at least long enough that the probe's extra
+cost stays within PROBE_OVERHEAD of the run's time (on a flat curve 1 step; where a block step costs
+4 AR steps, 30). A step without
 drafts (a probe, or after a rejection the block did not cover) is a block step that is not judged;
 a step with drafts feeds at least one, so that the calibration keeps seeing verified drafts.
 
@@ -25,6 +28,7 @@ output stays exactly the model's.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -33,6 +37,7 @@ from ..core.cost import StepCost
 
 PRIOR = 2.0  # pseudo-drafts of the calibration's prior (predicted = observed)
 EMA = 0.3  # weight of the latest block step in the realized rate
+PROBE_OVERHEAD = 0.1  # most share of an AR run's time its closing probe's extra cost may add
 
 
 @dataclass
@@ -95,9 +100,13 @@ def plan_step(plan: Plan, reach: torch.Tensor | None, n_drafts: int, context: in
         return
     plan.low += 1
     if plan.low >= 2 and (realized is None or realized < ar_rate):  # fall back to AR steps, from this one on
+        # The probe that ends the AR run costs a block step for one token; the run is long enough
+        # that probes add at most PROBE_OVERHEAD to the time it takes.
+        probe = step_seconds(cost, 1, context, True, others) * ar_rate - 1  # in AR steps
+        run = max(plan.backoff, math.ceil(probe / PROBE_OVERHEAD))
         plan.low, plan.block, plan.fed = 0, False, 0
-        plan.ar_left = plan.backoff - 1
-        plan.backoff = min(2 * plan.backoff, max_backoff)
+        plan.ar_left = run - 1
+        plan.backoff = min(2 * run, max(max_backoff, run))
         plan.tokens = plan.seconds = None  # after the probe, fresh evidence decides
 
 

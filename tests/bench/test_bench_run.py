@@ -1,6 +1,7 @@
 """A bench run on a tiny model writes every file, with consistent numbers."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -271,8 +272,8 @@ def test_a_quantized_method_runs_beside_the_unquantized_ones(tiny_dir, tmp_path)
 class FakeLlama:
     """llama-cpp-python's Llama as the runner uses it: reset, n_ctx, a greedy token stream."""
 
-    def __init__(self, stream):
-        self.stream, self.resets, self.fed = stream, 0, []
+    def __init__(self, stream, model_path=__file__):
+        self.stream, self.resets, self.fed, self.model_path = stream, 0, [], model_path
 
     def n_ctx(self):
         return 64
@@ -299,6 +300,7 @@ def test_the_llamacpp_runner_feeds_the_prompt_ids_from_an_empty_cache_and_stops_
     run = LlamaCppRunner(spec, lm, fake).run([1, 2])
     assert run.tokens == words[:2] and fake.fed == [[1, 2]] and fake.resets == 1
     assert LlamaCppRunner(spec, lm, FakeLlama(words)).run([1]).tokens == words[:5]  # max_new_tokens
+    assert LlamaCppRunner(spec, lm, fake).held() == {"kernel": Path(__file__).stat().st_size, "dense": 0}
     with pytest.raises(PardecError, match="exceeds"):
         LlamaCppRunner(spec, lm, fake).run([1] * 62)
     with pytest.raises(PardecError, match="llamacpp takes none"):

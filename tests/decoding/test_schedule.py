@@ -38,22 +38,36 @@ def test_a_steep_curve_feeds_only_likely_drafts_and_falls_back_to_ar_when_none_p
     plan_step(plan, poor, 4, 50, STEEP, 32)
     assert plan.block and plan.low == 1  # one slow step is tolerated
     plan_step(plan, poor, 4, 50, STEEP, 32)
-    assert not plan.block and plan.fed == 0 and plan.ar_left == 0 and plan.backoff == 2
+    # A probe costs 1.5 AR steps here: 5 AR steps (this one and 4 more) keep its extra 0.5 within 10%.
+    assert not plan.block and plan.fed == 0 and plan.ar_left == 4 and plan.backoff == 10
+    for _ in range(4):
+        plan_step(plan, None, 0, 51, STEEP, 32)
+        assert not plan.block
     plan_step(plan, None, 0, 51, STEEP, 32)  # the probe: a block step, no drafts yet, not judged
     assert plan.block and plan.fed == 0 and plan.low == 0
     plan_step(plan, poor, 4, 52, STEEP, 32)  # the steps after it are judged afresh
     assert plan.block and plan.fed >= 1 and plan.low == 1  # at least one draft, for the calibration
-    plan_step(plan, poor, 4, 52, STEEP, 32)  # still poor: 2 AR steps now, then 4
-    assert not plan.block and plan.ar_left == 1 and plan.backoff == 4
-    plan_step(plan, None, 0, 53, STEEP, 32)
-    assert not plan.block and plan.ar_left == 0
-    plan_step(plan, None, 0, 54, STEEP, 32)
+    plan_step(plan, poor, 4, 52, STEEP, 32)  # still poor: 10 AR steps now, then 20
+    assert not plan.block and plan.ar_left == 9 and plan.backoff == 20
+    for _ in range(10):
+        plan_step(plan, None, 0, 53, STEEP, 32)
+    assert plan.block and plan.ar_left == 0  # the next probe
     sure = torch.tensor([0.99, 0.99, 0.99, 0.99])
     plan_step(plan, sure, 4, 55, STEEP, 32)  # the drafts look good again: fed, but the back-off stays
-    assert plan.block and plan.fed == 4 and plan.backoff == 4
+    assert plan.block and plan.fed == 4 and plan.backoff == 20
     record(plan, sure, 4, 4, STEEP.seconds(5, 55, block=True))  # and they pay: 5 tokens for 1.9 AR steps
     plan_step(plan, sure, 4, 60, STEEP, 32)
     assert plan.block and plan.backoff == 1
+
+
+def test_the_ar_run_before_a_probe_grows_with_what_a_probe_costs():
+    poor = torch.tensor([0.2, 0.1, 0.05, 0.01])
+    free_probe = linear_cost(per_token=0.5, block=0.05)  # a near-free block, each draft half a step
+    for cost, steps in ((free_probe, 1), (STEEP, 5), (linear_cost(block=3.0), 30)):
+        plan = Plan()
+        for _ in range(2):
+            plan_step(plan, poor, 4, 50, cost, 128)
+        assert not plan.block and plan.ar_left == steps - 1
 
 
 def test_a_good_realized_rate_rides_out_a_few_poor_drafts():

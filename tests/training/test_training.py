@@ -101,7 +101,7 @@ def test_checkpoint_of_an_adapter_loads_and_decodes_the_same(tmp_path):
     settings = checkpoint.apply(fresh, tmp_path / "ck", "tiny", mask_id)
     assert settings.adapter == "gated-lora" and settings.training["objective"] == "nsp"
     assert settings.lora == {"kind": "gated-lora", "rank": 8, "alpha": 16, "targets": list(adapters.TARGETS)}
-    cfg = DecodeConfig(method="spec", max_new_tokens=16)
+    cfg = DecodeConfig(method="spec", adaptive=False, max_new_tokens=16)  # not this machine's timings
     a = decode(model.eval(), [[1, 2, 3]], cfg, mask_id)[0]
     b = decode(fresh, [[1, 2, 3]], cfg, mask_id)[0]
     assert a.tokens == b.tokens and a.accepted_per_step == b.accepted_per_step
