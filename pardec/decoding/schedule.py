@@ -13,7 +13,7 @@ until block steps have paid again: drafts that only look good do not reset it), 
 probes with one block step to get fresh drafts, and judges the steps after it afresh. A probe is a
 block step for one token, so the AR run before it is at least long enough that the probe's extra
 cost stays within PROBE_OVERHEAD of the run's time (on a flat curve 1 step; where a block step costs
-4 AR steps, 30). A step without
+4 AR steps, 30). Where the back-off stands carries over to later requests (`Memory`). A step without
 drafts (a probe, or after a rejection the block did not cover) is a block step that is not judged;
 a step with drafts feeds at least one, so that the calibration keeps seeing verified drafts.
 
@@ -59,6 +59,16 @@ class Plan:
     def scale(self) -> float:
         """Observed / predicted acceptance so far, shrunk towards 1."""
         return (self.observed + PRIOR) / (self.predicted + PRIOR)
+
+
+@dataclass
+class Memory:
+    """What earlier rows learned, for the rows after them: the back-off the last one to fall back or
+    recover ended with. Kept with a method's extras (one per `configure`: a bench method, a server),
+    so a new request where blocks keep failing does not climb the back-off from 1 again; a row whose
+    block steps pay resets it to 1 as before."""
+
+    backoff: int = 1
 
 
 def step_seconds(cost: StepCost, pending: int, context: int, block: bool, others: int = 0) -> float:

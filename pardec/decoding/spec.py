@@ -49,11 +49,14 @@ class Speculative(Verifier):
         if config.adaptive:
             self.cost = (extras or {}).get("cost") or step_cost.measured(model, mask_id, config.block_size)
         self.calibration = (extras or {}).get("calibration")  # a model.calibration.Calibration or None
+        self.memory = (extras or {}).get("memory") or schedule.Memory()  # shared across calls if given
         self.batch_fed = 0  # tokens the last step fed over the whole batch (0: one row)
         self.batch_ar = False  # this step is a plain AR step for the whole batch
 
     def new_state(self):
-        return Drafts() if self.cost is None else ScheduledDrafts()
+        if self.cost is None:
+            return Drafts()
+        return ScheduledDrafts(plan=schedule.Plan(backoff=self.memory.backoff))
 
     def wants_reach(self):
         return self.cost is not None or (self.cfg.block_at is None and self.cfg.block_reach > 0)
@@ -114,6 +117,7 @@ class Speculative(Verifier):
                 MAX_BACKOFF,
                 st.plan.others,
             )
+            self.memory.backoff = st.plan.backoff
             st.keep(st.plan.fed)  # the rest are unlikely enough not to pay for their place
         st.fork = self.plan_fork(row)
         return super().drafts(row)
@@ -241,10 +245,11 @@ class Speculative(Verifier):
 
 def prepare(lm, config, sets_block_size: bool, options: dict):
     """The adapter's calibration, and with `adaptive` this machine's step cost for the model (measured
-    once and cached)."""
+    once and cached) and the schedule's memory across the requests decoded with these extras."""
     extras = {"calibration": lm.calibration}
     if config.adaptive:
         extras["cost"] = step_cost.for_model(lm, config.block_size)
+        extras["memory"] = schedule.Memory()
     return config, extras
 
 

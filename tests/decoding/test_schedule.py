@@ -11,7 +11,7 @@ from tiny import tiny_model
 
 from pardec.core.cost import StepCost, measure
 from pardec.decoding import DecodeConfig, decode
-from pardec.decoding.schedule import Plan, plan_step, record
+from pardec.decoding.schedule import Memory, Plan, plan_step, record
 
 
 def linear_cost(ar=1.0, per_token=0.0, block=0.0, D=4):
@@ -222,3 +222,20 @@ def test_where_blocks_never_pay_probes_count_and_the_row_decodes_nearly_at_ar_sp
     plan = Plan()
     record(plan, None, 0, 0, 4.0)  # a probe: a block step that verified no draft counts in the rate
     assert plan.tokens == 1.0 and plan.seconds == 4.0
+
+
+def test_what_rows_learned_about_failing_blocks_carries_to_the_next_request(tiny):
+    model, mask_id = tiny
+    config = DecodeConfig(method="spec", block_size=4, adaptive=True, max_new_tokens=40)
+    extras = {"cost": linear_cost(block=3.0), "memory": Memory()}  # one per configure, as prepare makes
+    first = decode(model, PROMPTS[:1], config, mask_id, extras=extras)[0]
+    assert extras["memory"].backoff > 30  # untrained drafts: the row fell back for 30 steps, then longer
+    second = decode(model, PROMPTS[:1], config, mask_id, extras=extras)[0]
+    assert second.tokens == first.tokens
+
+    def block_steps(r):
+        return sum(1 for fed in r.fed_per_step[1:] if fed > 1)
+
+    assert block_steps(second) < block_steps(first)
+    alone = decode(model, PROMPTS[:1], config, mask_id, extras={"cost": extras["cost"]})[0]
+    assert block_steps(alone) == block_steps(first)  # without shared memory each call starts afresh
