@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from ..errors import PardecError
+from .quant import dequantized, linears
 
 Codes = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # codes [N, K] uint8, scale, minimum [N, K / 32]
 
@@ -51,7 +52,7 @@ def _q4_k(blocks: np.ndarray):  # [B, 144] -> codes [B, 256], scale and minimum 
     return codes, d[:, None] * sc, -dmin[:, None] * mn
 
 
-_DECODERS = {"Q4_0": (32, 18, _q4_0), "Q4_1": (32, 20, _q4_1), "Q4_K": (256, 144, _q4_k)}
+_DECODERS = {"Q4_0": (18, _q4_0), "Q4_1": (20, _q4_1), "Q4_K": (144, _q4_k)}  # bytes per block, decoder
 
 
 def decode_int4(raw: np.ndarray, type_name: str, k: int) -> Codes | None:
@@ -59,7 +60,7 @@ def decode_int4(raw: np.ndarray, type_name: str, k: int) -> Codes | None:
     the format is not a 4-bit affine one."""
     if type_name not in _DECODERS:
         return None
-    per_block, size, decoder = _DECODERS[type_name]
+    size, decoder = _DECODERS[type_name]
     n = raw.shape[0]
     codes, scale, minimum = decoder(np.ascontiguousarray(raw).reshape(-1, size))
     return (
@@ -91,9 +92,7 @@ def int4_tensors(path: Path, model) -> dict[str, Codes]:
     names = gguf.get_tensor_name_map(arch, config.num_hidden_layers)
     tensors = {t.name: t for t in reader.tensors}
     out: dict[str, Codes] = {}
-    for full, module in model.named_modules():
-        if type(module) is not torch.nn.Linear:
-            continue
+    for _, _, full, module in linears(model):
         name, weight = full.removesuffix(".base"), module.weight  # (a LoRA wrapper's base layer)
         gguf_name = names.get_name(name + ".weight", try_suffixes=(".weight",))
         if gguf_name is None and name == "lm_head" and getattr(config, "tie_word_embeddings", False):
@@ -117,14 +116,6 @@ def int4_tensors(path: Path, model) -> dict[str, Codes]:
         _check(name, decoded, weight)
         out[name] = decoded
     return out
-
-
-def dequantized(codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor) -> torch.Tensor:
-    """code * scale + minimum per group along each row: [N, K] float32."""
-    n, k = codes.shape
-    return (codes.float().reshape(n, scale.shape[1], -1) * scale[..., None] + minimum[..., None]).reshape(
-        n, k
-    )
 
 
 def _check(name: str, decoded: Codes, weight: torch.Tensor) -> None:

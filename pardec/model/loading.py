@@ -185,11 +185,10 @@ def load_model(
     4-bit blocks)."""
     if quant not in quantization.QUANTS:
         raise PardecError(f"unknown quantization '{quant}': one of {', '.join(quantization.QUANTS)}")
-    if quant == "gguf":
-        gguf_file(model)  # refuse a model without a GGUF before the slow load
+    gguf = gguf_file(model) if quant == "gguf" else None  # refused before the slow load
     lm, tok = load_base(model, dtype)
     mask_id = add_mask_token(lm, tok)
     path = checkpoint.resolve_adapter(model, adapter)
     settings = None if path is None else checkpoint.apply(lm, path, model, mask_id)
-    quantization.quantize(lm, quant, gguf=gguf_file(model) if quant == "gguf" else None)
+    quantization.quantize(lm, quant, gguf=gguf)
     return LoadedModel(lm, tok, model, path, settings, quant)

@@ -90,8 +90,7 @@ class Int4Linear(QuantizedLinear):
         if not fits_int4(n, k, group):
             raise ValueError(f"the int4 kernel takes no [{n} x {k}] weight in groups of {group}")
         scale, minimum = scale.float(), minimum.float()
-        dense = codes.float().reshape(n, -1, group) * scale[..., None] + minimum[..., None]  # [N, K/g, g]
-        super().__init__(dense.reshape(n, k).to(dtype), bias, max_kernel_tokens)
+        super().__init__(dequantized(codes, scale, minimum).to(dtype), bias, max_kernel_tokens)
         self.group = group
         packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32).contiguous(), 1)
         self.register_buffer("packed", packed, persistent=False)  # [N, K / 2] uint8
@@ -117,11 +116,19 @@ class Int4Linear(QuantizedLinear):
         return torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.packed, self.group, self.scale_zero)
 
 
+def dequantized(codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor) -> torch.Tensor:
+    """code * scale + minimum per group along each row: [N, K] float32 (codes [N, K], scale and
+    minimum [N, K / group])."""
+    n, k = codes.shape
+    grouped = codes.float().reshape(n, scale.shape[1], -1)  # [N, K / g, g]
+    return (grouped * scale[..., None] + minimum[..., None]).reshape(n, k)
+
+
 def fits_int4(n: int, k: int, group: int = GROUP) -> bool:
     return n % 16 == 0 and k % group == 0 and k % 2 == 0
 
 
-def _linears(model, head: bool):
+def linears(model, head: bool = True):
     """(parent, attribute, full name, linear) for every plain nn.Linear, those inside LoRA wrappers too."""
     for name, module in list(model.named_modules()):
         for child_name, child in list(module.named_children()):
@@ -147,7 +154,7 @@ def quantize(model, kind: str, head: bool = True, gguf: Path | None = None) -> d
         from . import gguf_blocks
 
         shipped = gguf_blocks.int4_tensors(gguf, model)
-    for parent, attr, full, linear in _linears(model, head):
+    for parent, attr, full, linear in linears(model, head):
         name = full.removesuffix(".base")  # a LoRA wrapper's base is the model's own layer
         if kind == "gguf" and name in shipped:
             codes, scale, minimum = shipped[name]
@@ -166,9 +173,13 @@ def weight_bytes(model) -> dict[str, int]:
     packed codes and scales, or the dense weights where nothing is quantized) and `dense` (the
     dequantized copies many-token forwards read)."""
     kernel = dense = 0
+    seen = set()  # a tied weight (embeddings and head) is held once
     for m in model.modules():
         own = list(m.named_parameters(recurse=False)) + list(m.named_buffers(recurse=False))
         for name, t in own:
+            if t.data_ptr() in seen:
+                continue
+            seen.add(t.data_ptr())
             size = t.numel() * t.element_size()
             if isinstance(m, QuantizedLinear) and name == "dense":
                 dense += size

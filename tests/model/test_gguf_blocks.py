@@ -10,8 +10,8 @@ from tiny import tiny_model
 
 from pardec.decoding import DecodeConfig, decode
 from pardec.errors import PardecError
-from pardec.model.gguf_blocks import _llama_rows, decode_int4, dequantized, int4_tensors
-from pardec.model.quant import Int4Linear, Int8Linear, quantize
+from pardec.model.gguf_blocks import _llama_rows, decode_int4, int4_tensors
+from pardec.model.quant import Int4Linear, Int8Linear, dequantized, quantize
 
 FORMATS = {"Q4_0": (32, 18, 1), "Q4_1": (32, 20, 2), "Q4_K": (256, 144, 2)}  # weights, bytes, fp16 fields
 

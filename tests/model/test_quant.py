@@ -88,3 +88,11 @@ def test_spec_on_the_quantized_model_equals_its_own_ar(kind, quant):
         config = DecodeConfig(method="spec", block_size=4, tree=tree, adaptive=False, max_new_tokens=24)
         spec = decode(model, prompts, config, mask_id)
         assert [s.tokens for s in spec] == [a.tokens for a in ar]
+
+
+def test_weight_bytes_counts_a_tied_weight_once():
+    model, _ = tiny_model("llama")
+    untied = weight_bytes(model)["kernel"]
+    head = model.lm_head.weight
+    model.lm_head.weight = model.model.embed_tokens.weight  # tied, as SmolLM2's are
+    assert weight_bytes(model)["kernel"] == untied - head.numel() * head.element_size()
