@@ -3,7 +3,8 @@
 - `int8`: int8 weights and one scale per output channel (symmetric, max-abs),
   `aten._weight_int8pack_mm`.
 - `int4`: 4-bit codes per group of 32 input weights with a scale and a minimum each (affine, the
-  shape of the GGUF's Q4 blocks), `aten._weight_int4pack_mm_for_cpu`.
+  shape of the GGUF's Q4 blocks), `aten._weight_int4pack_mm_for_cpu`. The kernel takes output counts
+  in multiples of 16, so a head of 151,937 rows gets zero rows added, its extra outputs cut off.
 - `gguf`: the GGUF's own 4-bit blocks (Q4_0, Q4_1, Q4_K) go to the int4 kernel as they were shipped
   (model/gguf_blocks.py); tensors in other formats (5-, 6- and 8-bit blocks, which no PyTorch kernel
   takes group-wise) go to per-channel int8 from their dequantized values.
@@ -48,7 +49,7 @@ class QuantizedLinear(nn.Module):
         tokens = x.numel() // x.shape[-1]
         if tokens > self.max_kernel_tokens:
             return F.linear(x, self.dense, self.bias)
-        y = self.kernel(x.reshape(-1, x.shape[-1])).reshape(*x.shape[:-1], self.out_features)
+        y = self.kernel(x.reshape(-1, x.shape[-1]).contiguous()).reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias
 
     def extra_repr(self) -> str:
@@ -92,6 +93,8 @@ class Int4Linear(QuantizedLinear):
         scale, minimum = scale.float(), minimum.float()
         super().__init__(dequantized(codes, scale, minimum).to(dtype), bias, max_kernel_tokens)
         self.group = group
+        extra = -n % 16  # zero rows up to the kernel's multiple of 16: their outputs are cut off
+        codes, scale, minimum = (F.pad(t, (0, 0, 0, extra)) for t in (codes, scale, minimum))
         packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32).contiguous(), 1)
         self.register_buffer("packed", packed, persistent=False)  # [N, K / 2] uint8
         # The kernel computes (code - 8) * scale + zero, its groups along K.
@@ -113,7 +116,8 @@ class Int4Linear(QuantizedLinear):
         return cls(codes, scale, low, linear.bias, linear.weight.dtype)
 
     def kernel(self, x):
-        return torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.packed, self.group, self.scale_zero)
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.packed, self.group, self.scale_zero)
+        return y[:, : self.out_features]  # [T, N] of the kernel's [T, N rounded up to 16]
 
 
 def dequantized(codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor) -> torch.Tensor:
@@ -125,7 +129,7 @@ def dequantized(codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor)
 
 
 def fits_int4(n: int, k: int, group: int = GROUP) -> bool:
-    return n % 16 == 0 and k % group == 0 and k % 2 == 0
+    return k % group == 0 and k % 2 == 0
 
 
 def linears(model, head: bool = True):
@@ -140,8 +144,8 @@ def linears(model, head: bool = True):
 def quantize(model, kind: str, head: bool = True, gguf: Path | None = None) -> dict[str, int]:
     """Replace the model's linear layers (the output head too if `head`) with quantized ones, in
     place. `gguf`: the GGUF file the model was converted from (for kind "gguf"). Returns how many
-    layers each kernel took, e.g. {"int4": 168, "int8": 1}; a weight the int4 kernel cannot take
-    (an output count not a multiple of 16) goes to int8."""
+    layers each kernel took, e.g. {"int4": 169, "int8": 0}; a weight the int4 kernel cannot take
+    (an input count not a multiple of the group) goes to int8."""
     if kind not in QUANTS:
         raise ValueError(f"unknown quantization '{kind}': one of {', '.join(QUANTS)}")
     counts = {"int4": 0, "int8": 0}

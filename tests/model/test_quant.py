@@ -63,9 +63,14 @@ def test_int4_linear_is_the_group_affine_matmul_for_few_and_many_tokens():
 def test_int4_takes_what_its_kernel_can_and_int8_the_rest():
     model, _ = tiny_model("qwen2")  # vocab 49 rows: the head's output count is no multiple of 16
     counts = quantize(model, "int4")
-    assert counts == {"int4": 2 * 7, "int8": 1}
-    assert isinstance(model.lm_head, Int8Linear)
-    assert isinstance(model.model.layers[0].self_attn.k_proj, Int4Linear)  # 32 outputs
+    assert counts == {"int4": 2 * 7 + 1, "int8": 0}
+    assert isinstance(model.lm_head, Int4Linear) and model.lm_head.packed.shape[0] == 64  # padded rows
+    x = torch.randn(1, 3, model.lm_head.in_features)  # the kernel's path
+    torch.testing.assert_close(model.lm_head(x), x @ model.lm_head.dense.T, rtol=1e-4, atol=1e-4)
+    assert model.lm_head(x).shape == (1, 3, 49)
+    odd = nn.Linear(48, 32)  # 48 inputs: no whole groups of 32
+    parent = nn.Sequential(odd)
+    assert quantize(parent, "int4") == {"int4": 0, "int8": 1} and isinstance(parent[0], Int8Linear)
     with pytest.raises(ValueError, match="needs the GGUF"):
         quantize(tiny_model("qwen2")[0], "gguf")
     bytes_ = weight_bytes(model)
