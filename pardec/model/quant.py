@@ -27,6 +27,9 @@ from torch import nn
 QUANTS = ("none", "int8", "int4", "gguf")
 GROUP = 32  # int4 group size: Q4_0/Q4_1/Q4_K's sub-blocks
 MAX_KERNEL_TOKENS = {"int8": 4, "int4": 4}  # forwards of more tokens run the dense dequantized weights
+# The ops' overloads, looked up once: each of ~170 calls a step would otherwise resolve them again.
+_INT8_MM = torch.ops.aten._weight_int8pack_mm.default
+_INT4_MM = torch.ops.aten._weight_int4pack_mm_for_cpu.default
 
 
 class QuantizedLinear(nn.Module):
@@ -46,7 +49,7 @@ class QuantizedLinear(nn.Module):
         raise NotImplementedError
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [..., K]
-        tokens = x.numel() // x.shape[-1]
+        tokens = x.numel() // self.in_features
         if tokens > self.max_kernel_tokens:
             return F.linear(x, self.dense, self.bias)
         y = self.kernel(x.reshape(-1, x.shape[-1]).contiguous()).reshape(*x.shape[:-1], self.out_features)
@@ -69,7 +72,7 @@ class Int8Linear(QuantizedLinear):
         self.register_buffer("scale", scale.to(dtype), persistent=False)
 
     def kernel(self, x):
-        return torch.ops.aten._weight_int8pack_mm(x, self.weight_int8, self.scale)
+        return _INT8_MM(x, self.weight_int8, self.scale)
 
 
 class Int4Linear(QuantizedLinear):
@@ -94,6 +97,7 @@ class Int4Linear(QuantizedLinear):
         super().__init__(dequantized(codes, scale, minimum).to(dtype), bias, max_kernel_tokens)
         self.group = group
         extra = -n % 16  # zero rows up to the kernel's multiple of 16: their outputs are cut off
+        self.whole = extra == 0  # no rows were added
         codes, scale, minimum = (F.pad(t, (0, 0, 0, extra)) for t in (codes, scale, minimum))
         packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32).contiguous(), 1)
         self.register_buffer("packed", packed, persistent=False)  # [N, K / 2] uint8
@@ -116,8 +120,8 @@ class Int4Linear(QuantizedLinear):
         return cls(codes, scale, low, linear.bias, linear.weight.dtype)
 
     def kernel(self, x):
-        y = torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.packed, self.group, self.scale_zero)
-        return y[:, : self.out_features]  # [T, N] of the kernel's [T, N rounded up to 16]
+        y = _INT4_MM(x, self.packed, self.group, self.scale_zero)
+        return y if self.whole else y[:, : self.out_features]  # [T, N] of [T, N rounded up to 16]
 
 
 def dequantized(codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor) -> torch.Tensor:

@@ -53,6 +53,18 @@ def test_gated_lora_keeps_ntp_logits_exactly_the_base_models():
     assert spec.tokens == ar.tokens
 
 
+def test_gated_finds_the_gates_of_adapters_attached_later_too():
+    model, mask_id = tiny_model("llama", vocab=VOCAB)
+    adapters.attach(model, adapters.LoRAConfig("gated-lora", rank=4, alpha=8, targets=("q_proj",)))
+    on = torch.tensor([[False, True]])
+    with adapters.gated(model, on):
+        assert len(adapters.gates(model)) == 1 and adapters.gates(model)[0].on is on
+    adapters.attach(model, adapters.LoRAConfig("gated-lora", rank=4, alpha=8, targets=("v_proj",)))
+    with adapters.gated(model, on):  # a second attach makes a second gate: both switch
+        assert len(adapters.gates(model)) == 2 and all(g.on is on for g in adapters.gates(model))
+    assert all(g.on is None for g in adapters.gates(model))  # off again outside
+
+
 def test_plain_lora_changes_ntp_logits():
     base, mask_id = tiny_model("llama", vocab=VOCAB)
     adapted, _ = tiny_model("llama", vocab=VOCAB)
