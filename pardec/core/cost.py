@@ -155,14 +155,31 @@ def load_or_measure(model, mask_id: int, block_size: int, key: dict, root: Path,
     return cost
 
 
+# The modules a step's time depends on: a change to any of them (a faster kernel path, a cheaper
+# adapter) makes a cached curve stale, so their source is part of the cache key.
+FORWARD_PATH = ("core/step.py", "core/cache.py", "core/masks.py", "model/adapters.py", "model/quant.py")
+
+
+def code_digest() -> str:
+    """A digest of the forward path's source and the transformers version that runs it."""
+    import transformers
+
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256(transformers.__version__.encode())
+    for name in FORWARD_PATH:
+        h.update((root / name).read_bytes())
+    return h.hexdigest()[:16]
+
+
 def for_model(lm, block_size: int, refresh: bool = False) -> StepCost:
-    """The step cost of a LoadedModel (as loaded: its adapter, dtype and device) on this machine,
-    cached under the pardec cache folder."""
+    """The step cost of a LoadedModel (as loaded: its adapter, dtype and device) on this machine and
+    this code, cached under the pardec cache folder."""
     from ..model.loading import cache_dir
 
     model = lm.model
-    key = dict(model=lm.name, adapter=str(lm.adapter), dtype=str(model.dtype), device=str(model.device))
-    if lm.quant != "none":  # (older cache entries, made before quantization existed, keep their keys)
+    key = dict(model=lm.name, adapter=str(lm.adapter), dtype=str(model.dtype), device=str(model.device),
+               code=code_digest())  # fmt: skip
+    if lm.quant != "none":
         key["quant"] = lm.quant
     return load_or_measure(model, lm.mask_id, block_size, key, cache_dir(), refresh)
 

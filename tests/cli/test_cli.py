@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from pardec.cli import main
+from pardec.core import cost as step_cost
 
 
 def run_cli(capsys, *args):
@@ -317,6 +318,8 @@ def test_profile_prints_the_step_cost_and_caches_it(tiny_dir, capsys, tmp_path, 
     stamp = cached.stat().st_mtime_ns
     assert run_cli(capsys, *args)[0] == 0 and cached.stat().st_mtime_ns == stamp  # read back, not remeasured
     assert run_cli(capsys, *args, "--refresh")[0] == 0 and cached.stat().st_mtime_ns != stamp
+    monkeypatch.setattr(step_cost, "code_digest", lambda: "changed")  # the forward path's code changed
+    assert run_cli(capsys, *args)[0] == 0 and len(list((tmp_path / "cache" / "costs").glob("*.json"))) == 2
     code, _, err = run_cli(capsys, *args[:-1], "0")
     assert code == 2 and "block size" in err
 
