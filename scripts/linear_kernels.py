@@ -14,6 +14,9 @@ import argparse
 import time
 
 import torch
+from torch import nn
+
+from pardec.model.quant import Int4Linear, Int8Linear
 
 
 def per_call(f, layers: int, rounds: int) -> float:
@@ -35,20 +38,13 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_grad_enabled(False)
     N, K, L = args.out, args.inp, args.layers
     g = torch.Generator().manual_seed(0)
-    dense, int8, int4 = [], [], []
+    dense, int8, int4 = [], [], []  # pardec's own quantized linears: the kernels decoding runs
     for _ in range(L):
-        w = torch.randn(N, K, generator=g)
-        dense.append(w.bfloat16())
-        scale = w.abs().amax(1) / 127
-        int8.append(((w / scale[:, None]).round().to(torch.int8), scale))
-        wg = w.reshape(N, K // 32, 32)
-        low, step = wg.amin(-1), (wg.amax(-1) - wg.amin(-1)) / 15
-        codes = ((wg - low[..., None]) / step[..., None]).round().clamp(0, 15).reshape(N, K).to(torch.int32)
-        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes, 1)
-        sz = torch.stack([step, low + 8 * step], -1).transpose(0, 1).contiguous().bfloat16()
-        int4.append((packed, sz))
-
-    aten = torch.ops.aten
+        linear = nn.Linear(K, N, bias=False).bfloat16()
+        nn.init.normal_(linear.weight, generator=g)
+        dense.append(linear.weight)
+        int8.append(Int8Linear(linear))
+        int4.append(Int4Linear.from_linear(linear))
 
     def w8a8(x, q, scale):  # per-token symmetric int8 activations, int32 accumulation
         xs = x.float().abs().amax(1, keepdim=True).clamp_min(1e-8) / 127
@@ -57,9 +53,9 @@ def main(argv: list[str] | None = None) -> None:
 
     kinds = {
         "bf16": lambda x: [x @ w.T for w in dense],
-        "int8 (weights)": lambda x: [aten._weight_int8pack_mm(x, q, s.bfloat16()) for q, s in int8],
-        "int4 (weights)": lambda x: [aten._weight_int4pack_mm_for_cpu(x, pk, 32, sz) for pk, sz in int4],
-        "int8 x int8 (_int_mm)": lambda x: [w8a8(x, q, s) for q, s in int8],
+        "int8 (weights)": lambda x: [q.kernel(x) for q in int8],
+        "int4 (weights)": lambda x: [q.kernel(x) for q in int4],
+        "int8 x int8 (_int_mm)": lambda x: [w8a8(x, q.weight_int8, q.scale.float()) for q in int8],
     }
     tokens = [int(t) for t in args.tokens.split(",")]
     times = {}

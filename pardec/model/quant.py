@@ -91,13 +91,12 @@ class Int4Linear(QuantizedLinear):
     ):
         n, k = codes.shape
         group = k // scale.shape[1]
-        if not fits_int4(n, k, group):
+        if not fits_int4(k, group):
             raise ValueError(f"the int4 kernel takes no [{n} x {k}] weight in groups of {group}")
         scale, minimum = scale.float(), minimum.float()
         super().__init__(dequantized(codes, scale, minimum).to(dtype), bias, max_kernel_tokens)
         self.group = group
         extra = -n % 16  # zero rows up to the kernel's multiple of 16: their outputs are cut off
-        self.whole = extra == 0  # no rows were added
         codes, scale, minimum = (F.pad(t, (0, 0, 0, extra)) for t in (codes, scale, minimum))
         packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32).contiguous(), 1)
         self.register_buffer("packed", packed, persistent=False)  # [N, K / 2] uint8
@@ -121,7 +120,7 @@ class Int4Linear(QuantizedLinear):
 
     def kernel(self, x):
         y = _INT4_MM(x, self.packed, self.group, self.scale_zero)
-        return y if self.whole else y[:, : self.out_features]  # [T, N] of [T, N rounded up to 16]
+        return y[:, : self.out_features]  # [T, N] of [T, N rounded up to 16] (a view when none were added)
 
 
 def dequantized(codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor) -> torch.Tensor:
@@ -132,7 +131,7 @@ def dequantized(codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor)
     return (grouped * scale[..., None] + minimum[..., None]).reshape(n, k)
 
 
-def fits_int4(n: int, k: int, group: int = GROUP) -> bool:
+def fits_int4(k: int, group: int = GROUP) -> bool:  # k: input count; any output count is padded
     return k % group == 0 and k % 2 == 0
 
 
@@ -167,7 +166,7 @@ def quantize(model, kind: str, head: bool = True, gguf: Path | None = None) -> d
         if kind == "gguf" and name in shipped:
             codes, scale, minimum = shipped[name]
             q = Int4Linear(codes, scale, minimum, linear.bias, linear.weight.dtype)
-        elif kind == "int4" and fits_int4(linear.out_features, linear.in_features):
+        elif kind == "int4" and fits_int4(linear.in_features):
             q = Int4Linear.from_linear(linear)
         else:
             q = Int8Linear(linear)
