@@ -18,7 +18,7 @@ from ..api import configure
 from ..decoding import METHODS, DecodeConfig, decode
 from ..errors import PardecError
 from ..model import LoadedModel
-from ..model.quant import QUANTS
+from ..model.quant import CHOICES
 
 HF = "hf"
 LLAMACPP = "llamacpp"
@@ -55,8 +55,8 @@ def parse_methods(text: str, base: DecodeConfig) -> list[MethodSpec]:
         for s in settings:
             if s.startswith("quant="):
                 quant = s.partition("=")[2]
-                if quant not in QUANTS or name in EXTERNAL or METHODS[name].own_model:
-                    raise PardecError(f"bad setting '{s}' in '{label}': quant= takes {', '.join(QUANTS)}")
+                if quant not in CHOICES or name in EXTERNAL or METHODS[name].own_model:
+                    raise PardecError(f"bad setting '{s}' in '{label}': quant= takes {', '.join(CHOICES)}")
                 continue
             if s.startswith("adapter="):
                 adapter = s.partition("=")[2]

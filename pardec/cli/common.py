@@ -21,15 +21,18 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_quant_arg(p: argparse.ArgumentParser) -> None:
-    from ..model.quant import QUANTS
+    from ..model.quant import CHOICES
 
     p.add_argument(
         "--quant",
-        choices=QUANTS,
+        choices=CHOICES,
         default="none",
         help="weight-only quantization of the linear layers (PyTorch's CPU kernels): int8 halves "
         "what a one-token forward reads, int4 (groups of 32) quarters it, gguf takes the GGUF's own "
-        "4-bit blocks as shipped (and int8 for its other formats); default none",
+        "4-bit blocks as shipped (and int8 for its other formats). Forwards of more tokens than "
+        "the kernel is fast for (timed per layer shape at load) run dense copies of the same "
+        "weights; with -lowmem (int8-lowmem, int4-lowmem, gguf-lowmem) none are kept: the least "
+        "memory, slower prefill and block steps. Default none",
     )
 
 

@@ -34,7 +34,7 @@ def run(args) -> None:
     from ..core.memory import peak_rss_mb, rss_mb
     from ..errors import PardecError
     from ..model import load_model
-    from ..model.quant import weight_bytes
+    from ..model.quant import crossovers, weight_bytes
 
     if args.block_size is not None and args.block_size < 1:
         raise PardecError(f"block size must be an integer >= 1, got {args.block_size}")
@@ -52,6 +52,11 @@ def run(args) -> None:
         cells = " | ".join(f"{1000 * cost.seconds(n, c):.1f} | {cost.relative(n, c):.2f} | "
                            f"{cost.relative(n, c, block=True):.2f}" for c in cost.contexts)  # fmt: skip
         print(f"| {n} | {cells} |")
+    if shapes := crossovers(lm.model):
+        print(
+            "quantized kernels, most tokens per forward before the dense copy (timed at load): "
+            + ", ".join(f"{shape} {'always' if t is None else t}" for shape, t in shapes.items())
+        )
     held = weight_bytes(lm.model)
     memory = dict(weights_mb=held["kernel"] / 2**20, dense_copies_mb=held["dense"] / 2**20,
                   rss_mb=rss_mb(), peak_rss_mb=peak_rss_mb())  # fmt: skip

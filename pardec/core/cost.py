@@ -180,7 +180,12 @@ def for_model(lm, block_size: int, refresh: bool = False) -> StepCost:
     key = dict(model=lm.name, adapter=str(lm.adapter), dtype=str(model.dtype), device=str(model.device),
                code=code_digest())  # fmt: skip
     if lm.quant != "none":
+        from ..model.quant import crossovers
+
         key["quant"] = lm.quant
+        # Where each layer's kernel gives way to its dense copy was timed at load: another choice
+        # is another curve.
+        key["kernel_tokens"] = crossovers(model)
     return load_or_measure(model, lm.mask_id, block_size, key, cache_dir(), refresh)
 
 

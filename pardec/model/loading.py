@@ -182,13 +182,14 @@ def load_model(
     """Load a model by HF id, folder, GGUF file or packaged alias, add `[MASK]`, and apply an adapter:
     "auto" (the one bundled for this model, if any), "none", or a checkpoint folder; then quantize
     its linear layers' weights if `quant` says so (model/quant.py: int8, int4, or gguf, the GGUF's own
-    4-bit blocks)."""
-    if quant not in quantization.QUANTS:
-        raise PardecError(f"unknown quantization '{quant}': one of {', '.join(quantization.QUANTS)}")
-    gguf = gguf_file(model) if quant == "gguf" else None  # refused before the slow load
+    4-bit blocks; with -lowmem, as int4-lowmem, without dense copies for many-token forwards)."""
+    if quant not in quantization.CHOICES:
+        raise PardecError(f"unknown quantization '{quant}': one of {', '.join(quantization.CHOICES)}")
+    kind, dense = quantization.parse(quant)
+    gguf = gguf_file(model) if kind == "gguf" else None  # refused before the slow load
     lm, tok = load_base(model, dtype)
     mask_id = add_mask_token(lm, tok)
     path = checkpoint.resolve_adapter(model, adapter)
     settings = None if path is None else checkpoint.apply(lm, path, model, mask_id)
-    quantization.quantize(lm, quant, gguf=gguf)
+    quantization.quantize(lm, kind, gguf=gguf, dense=dense)
     return LoadedModel(lm, tok, model, path, settings, quant)

@@ -11,13 +11,18 @@
 
 On a CPU a one-token forward reads every weight once, so fewer bytes per weight pay; for a forward
 of many tokens these kernels are slower than a bf16 matmul, so above `max_kernel_tokens` tokens the
-same quantized weights run as a dense matmul of their dequantized values. Both paths compute the
-same function (the quantized model), so `spec` stays lossless with respect to it. LoRA adapters
-wrap the quantized base (their update runs as before, on the block slots only for gated ones).
+same quantized weights run as a dense matmul of their dequantized values. Where that crossover lies
+depends on the machine and the layer's shape, so `quantize` times both paths on the model's own
+layers, shape by shape, and keeps the kernel up to the most tokens where it is not slower (`tune`).
+Both paths compute the same function (the quantized model), so `spec` stays lossless with respect
+to it. LoRA adapters wrap the quantized base (their update runs as before, on the block slots only
+for gated ones).
 """
 
 from __future__ import annotations
 
+import time
+from collections import defaultdict
 from pathlib import Path
 
 import torch
@@ -25,8 +30,12 @@ import torch.nn.functional as F
 from torch import nn
 
 QUANTS = ("none", "int8", "int4", "gguf")
+LOW_MEMORY = "-lowmem"  # int4-lowmem: no dense copies, the kernel for every forward
+CHOICES = QUANTS + tuple(q + LOW_MEMORY for q in QUANTS[1:])
 GROUP = 32  # int4 group size: Q4_0/Q4_1/Q4_K's sub-blocks
-MAX_KERNEL_TOKENS = {"int8": 4, "int4": 4}  # forwards of more tokens run the dense dequantized weights
+MAX_KERNEL_TOKENS = {"int8": 4, "int4": 4}  # before tuning: forwards of more tokens run the dense weights
+TUNE_TOKENS = (1, 2, 4, 6, 8, 12, 16, 24, 32)  # token counts `tune` times both paths at
+TUNE_LAYERS = 8  # distinct layers of a shape cycled through, so that weights come from memory as in a forward
 # The ops' overloads, looked up once: each of ~170 calls a step would otherwise resolve them again.
 _INT8_MM = torch.ops.aten._weight_int8pack_mm.default
 _INT4_MM = torch.ops.aten._weight_int4pack_mm_for_cpu.default
@@ -34,15 +43,17 @@ _INT4_MM = torch.ops.aten._weight_int4pack_mm_for_cpu.default
 
 class QuantizedLinear(nn.Module):
     """A weight-only kernel for forwards of few tokens; the dequantized weights as a dense matmul
-    for more (`dense`, the same function)."""
+    for more (`dense`, the same function), unless it was built without them (`dense=None`: the
+    kernel for every forward, the least memory)."""
 
     kind = ""
 
-    def __init__(self, dense: torch.Tensor, bias: torch.Tensor | None, max_kernel_tokens: int):
+    def __init__(self, shape: tuple[int, int], dense: torch.Tensor | None, bias: torch.Tensor | None,
+                 max_kernel_tokens: int):  # fmt: skip
         super().__init__()
-        self.register_buffer("dense", dense, persistent=False)  # [N, K] in the activation dtype
+        self.register_buffer("dense", dense, persistent=False)  # [N, K] in the activation dtype, or None
         self.bias = bias
-        self.out_features, self.in_features = dense.shape
+        self.out_features, self.in_features = shape
         self.max_kernel_tokens = max_kernel_tokens
 
     def kernel(self, x: torch.Tensor) -> torch.Tensor:  # [T, K] -> [T, N]
@@ -50,24 +61,27 @@ class QuantizedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [..., K]
         tokens = x.numel() // self.in_features
-        if tokens > self.max_kernel_tokens:
+        if self.dense is not None and tokens > self.max_kernel_tokens:
             return F.linear(x, self.dense, self.bias)
         y = self.kernel(x.reshape(-1, x.shape[-1]).contiguous()).reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias
 
     def extra_repr(self) -> str:
-        return f"in={self.in_features}, out={self.out_features}, kernel up to {self.max_kernel_tokens} tokens"
+        upto = "every forward" if self.dense is None else f"up to {self.max_kernel_tokens} tokens"
+        return f"in={self.in_features}, out={self.out_features}, kernel {upto}"
 
 
 class Int8Linear(QuantizedLinear):
     kind = "int8"
 
-    def __init__(self, linear: nn.Linear, max_kernel_tokens: int = MAX_KERNEL_TOKENS["int8"]):
+    def __init__(self, linear: nn.Linear, max_kernel_tokens: int = MAX_KERNEL_TOKENS["int8"],
+                 dense: bool = True):  # fmt: skip
         w = linear.weight.detach().float()  # [N, K]
         scale = (w.abs().amax(1) / 127).clamp_min(1e-12)  # [N]
         q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)  # [N, K]
         dtype = linear.weight.dtype
-        super().__init__((q.float() * scale[:, None]).to(dtype), linear.bias, max_kernel_tokens)
+        copy = (q.float() * scale[:, None]).to(dtype) if dense else None
+        super().__init__(tuple(w.shape), copy, linear.bias, max_kernel_tokens)
         self.register_buffer("weight_int8", q, persistent=False)
         self.register_buffer("scale", scale.to(dtype), persistent=False)
 
@@ -88,13 +102,15 @@ class Int4Linear(QuantizedLinear):
         bias: torch.Tensor | None,
         dtype: torch.dtype,
         max_kernel_tokens: int = MAX_KERNEL_TOKENS["int4"],
+        dense: bool = True,
     ):
         n, k = codes.shape
         group = k // scale.shape[1]
         if not fits_int4(k, group):
             raise ValueError(f"the int4 kernel takes no [{n} x {k}] weight in groups of {group}")
         scale, minimum = scale.float(), minimum.float()
-        super().__init__(dequantized(codes, scale, minimum).to(dtype), bias, max_kernel_tokens)
+        copy = dequantized(codes, scale, minimum).to(dtype) if dense else None
+        super().__init__((n, k), copy, bias, max_kernel_tokens)
         self.group = group
         extra = -n % 16  # zero rows up to the kernel's multiple of 16: their outputs are cut off
         codes, scale, minimum = (F.pad(t, (0, 0, 0, extra)) for t in (codes, scale, minimum))
@@ -109,18 +125,33 @@ class Int4Linear(QuantizedLinear):
         )
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, group: int = GROUP) -> Int4Linear:
+    def from_linear(cls, linear: nn.Linear, group: int = GROUP, dense: bool = True) -> Int4Linear:
         w = linear.weight.detach().float()  # [N, K]
         n, k = w.shape
         wg = w.reshape(n, k // group, group)
         low, high = wg.amin(-1), wg.amax(-1)  # [N, K/g]
         scale = ((high - low) / 15).clamp_min(1e-12)
         codes = torch.round((wg - low[..., None]) / scale[..., None]).clamp(0, 15).reshape(n, k)
-        return cls(codes, scale, low, linear.bias, linear.weight.dtype)
+        return cls(codes, scale, low, linear.bias, linear.weight.dtype, dense=dense)
 
     def kernel(self, x):
         y = _INT4_MM(x, self.packed, self.group, self.scale_zero)
         return y[:, : self.out_features]  # [T, N] of [T, N rounded up to 16] (a view when none were added)
+
+
+def parse(quant: str) -> tuple[str, bool]:
+    """A --quant value -> (kind, whether dense copies are kept): "int4" -> ("int4", True),
+    "int4-lowmem" -> ("int4", False)."""
+    if quant not in CHOICES:
+        raise ValueError(f"unknown quantization '{quant}': one of {', '.join(CHOICES)}")
+    return quant.removesuffix(LOW_MEMORY), not quant.endswith(LOW_MEMORY)
+
+
+def crossovers(model) -> dict[str, int | None]:
+    """The most tokens each quantized layer shape runs on its kernel, as "int4 [4864 x 896]" -> 12
+    (None: no dense copies, the kernel for every forward)."""
+    return {f"{m.kind} [{m.out_features} x {m.in_features}]": None if m.dense is None else m.max_kernel_tokens
+            for m in model.modules() if isinstance(m, QuantizedLinear)}  # fmt: skip
 
 
 def dequantized(codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor) -> torch.Tensor:
@@ -144,9 +175,12 @@ def linears(model, head: bool = True):
                 yield module, child_name, full, child
 
 
-def quantize(model, kind: str, head: bool = True, gguf: Path | None = None) -> dict[str, int]:
+def quantize(model, kind: str, head: bool = True, gguf: Path | None = None, tuned: bool = True,
+             dense: bool = True) -> dict[str, int]:  # fmt: skip
     """Replace the model's linear layers (the output head too if `head`) with quantized ones, in
-    place. `gguf`: the GGUF file the model was converted from (for kind "gguf"). Returns how many
+    place, and (if `tuned`) choose by timing where each shape's kernel gives way to its dense copy;
+    `dense=False` keeps no dense copies (the kernel for every forward: the least memory).
+    `gguf`: the GGUF file the model was converted from (for kind "gguf"). Returns how many
     layers each kernel took, e.g. {"int4": 169, "int8": 0}; a weight the int4 kernel cannot take
     (an input count not a multiple of the group) goes to int8."""
     if kind not in QUANTS:
@@ -165,14 +199,63 @@ def quantize(model, kind: str, head: bool = True, gguf: Path | None = None) -> d
         name = full.removesuffix(".base")  # a LoRA wrapper's base is the model's own layer
         if kind == "gguf" and name in shipped:
             codes, scale, minimum = shipped[name]
-            q = Int4Linear(codes, scale, minimum, linear.bias, linear.weight.dtype)
+            q = Int4Linear(codes, scale, minimum, linear.bias, linear.weight.dtype, dense=dense)
         elif kind == "int4" and fits_int4(linear.in_features):
-            q = Int4Linear.from_linear(linear)
+            q = Int4Linear.from_linear(linear, dense=dense)
         else:
-            q = Int8Linear(linear)
+            q = Int8Linear(linear, dense=dense)
         setattr(parent, attr, q)
         counts[q.kind] += 1
+    if tuned:
+        tune(model)
     return counts
+
+
+def crossover(tokens: tuple[int, ...], kernel: list[float], dense: list[float]) -> int:
+    """The most tokens up to which the kernel was never slower than the dense matmul (0: slower even
+    for one token), from their times at each of `tokens` (ascending)."""
+    most = 0
+    for t, k, d in zip(tokens, kernel, dense):
+        if k > d:
+            break
+        most = t
+    return most
+
+
+def _seconds(f, x: torch.Tensor, layers: list, rounds: int = 3) -> float:
+    """Least time of one pass of `f(layer, x)` over `layers`, of `rounds` after a warm-up."""
+    best = float("inf")
+    for r in range(rounds + 1):
+        t0 = time.perf_counter()
+        for layer in layers:
+            f(layer, x)
+        if r:
+            best = min(best, time.perf_counter() - t0)
+    return best
+
+
+@torch.no_grad()
+def tune(model, tokens: tuple[int, ...] = TUNE_TOKENS) -> dict[tuple[str, int, int], int]:
+    """Time the kernel against the dense matmul on the model's quantized layers, one (kind, N, K)
+    shape at a time, and set each layer's `max_kernel_tokens` to its shape's crossover. Returns the
+    crossovers by shape. About a second for a 0.5B model; layers without dense copies keep the kernel."""
+    shapes = defaultdict(list)
+    for m in model.modules():
+        if isinstance(m, QuantizedLinear) and m.dense is not None:
+            shapes[(m.kind, m.out_features, m.in_features)].append(m)
+    chosen = {}
+    for (kind, n, k), layers in shapes.items():
+        sample = layers[:: max(1, len(layers) // TUNE_LAYERS)][:TUNE_LAYERS]
+        dtype = sample[0].dense.dtype
+        times_kernel, times_dense = [], []
+        for t in tokens:
+            x = torch.randn(t, k).to(dtype)  # [T, K]
+            times_kernel.append(_seconds(lambda m, x: m.kernel(x), x, sample))
+            times_dense.append(_seconds(lambda m, x: F.linear(x, m.dense), x, sample))
+        chosen[(kind, n, k)] = crossover(tokens, times_kernel, times_dense)
+        for m in layers:
+            m.max_kernel_tokens = chosen[(kind, n, k)]
+    return chosen
 
 
 def weight_bytes(model) -> dict[str, int]:

@@ -57,8 +57,13 @@ def test_bench_on_a_tiny_model_writes_all_files(tiny_dir, tmp_path, capsys):
 
 
 def test_method_specs_parse_and_reject_nonsense():
-    quant = parse_methods("ar@quant=int8,spec@quant=int8@adapter=x", DecodeConfig())
-    assert [(s.quant, s.adapter) for s in quant] == [("none", None), ("int8", None), ("int8", "x")]
+    quant = parse_methods("ar@quant=int8,spec@quant=int8@adapter=x,ar@quant=int4-lowmem", DecodeConfig())
+    assert [(s.quant, s.adapter) for s in quant] == [
+        ("none", None),
+        ("int8", None),
+        ("int8", "x"),
+        ("int4-lowmem", None),
+    ]
     auto = parse_methods("threshold@auto,eb@gamma=auto", DecodeConfig())
     assert auto[1].config.threshold is None and auto[2].config.gamma is None  # the calibrated values
     specs = parse_methods("threshold@0.7,eb@gamma=0.25,spec@8@temperature=0", DecodeConfig())
@@ -71,6 +76,7 @@ def test_method_specs_parse_and_reject_nonsense():
         "spec@colour=3",
         "spec@block_size=auto",
         "spec@quant=int3",
+        "ar@quant=none-lowmem",
         "hf@quant=int8",
         "threshold@high",
         "ar,ar",

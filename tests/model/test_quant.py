@@ -9,7 +9,15 @@ from torch import nn
 from pardec.decoding import DecodeConfig, decode
 from pardec.errors import PardecError
 from pardec.model import adapters, load_model
-from pardec.model.quant import Int4Linear, Int8Linear, quantize, weight_bytes
+from pardec.model.quant import (
+    TUNE_TOKENS,
+    Int4Linear,
+    Int8Linear,
+    crossover,
+    crossovers,
+    quantize,
+    weight_bytes,
+)
 
 
 def test_int8_linear_is_the_quantized_matmul_for_few_and_many_tokens():
@@ -62,7 +70,7 @@ def test_int4_linear_is_the_group_affine_matmul_for_few_and_many_tokens():
 
 def test_int4_takes_what_its_kernel_can_and_int8_the_rest():
     model, _ = tiny_model("qwen2")  # vocab 49 rows: the head's output count is no multiple of 16
-    counts = quantize(model, "int4")
+    counts = quantize(model, "int4", tuned=False)
     assert counts == {"int4": 2 * 7 + 1, "int8": 0}
     assert isinstance(model.lm_head, Int4Linear) and model.lm_head.packed.shape[0] == 64  # padded rows
     x = torch.randn(1, 3, model.lm_head.in_features)  # the kernel's path
@@ -77,8 +85,46 @@ def test_int4_takes_what_its_kernel_can_and_int8_the_rest():
     assert bytes_["dense"] > 0 and bytes_["kernel"] > 0
 
 
-@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+def test_the_crossover_is_the_most_tokens_before_the_kernel_first_loses():
+    tokens = (1, 2, 4, 8, 16)
+    dense = [1.0, 1.0, 1.1, 1.2, 1.5]
+    assert crossover(tokens, [0.2, 0.4, 0.8, 1.3, 1.4], dense) == 4  # loses at 8: 16's win is noise past it
+    assert crossover(tokens, [1.1, 0.4, 0.8, 1.0, 1.4], dense) == 0  # slower even for one token: dense only
+    assert crossover(tokens, [0.1] * 5, dense) == 16
+
+
+def test_tuning_sets_one_crossover_per_shape_from_the_timed_counts():
+    model, _ = tiny_model("qwen2")
+    quantize(model, "int4")
+    layers = [m for m in model.modules() if isinstance(m, Int4Linear)]
+    chosen = crossovers(model)
+    assert len(chosen) == len({(m.out_features, m.in_features) for m in layers})
+    assert all(t in (0, *TUNE_TOKENS) for t in chosen.values())
+    for m in layers:  # every layer of a shape got its shape's choice
+        assert m.max_kernel_tokens == chosen[f"int4 [{m.out_features} x {m.in_features}]"]
+
+
 @pytest.mark.parametrize("quant", ["int8", "int4"])
+def test_low_memory_keeps_no_dense_copies_and_computes_the_same_model(quant, tiny_dir):
+    torch.manual_seed(0)
+    model, _ = tiny_model("llama")
+    lean, _ = tiny_model("llama")
+    quantize(model, quant, tuned=False)
+    quantize(lean, quant, dense=False)
+    assert weight_bytes(lean)["dense"] == 0 < weight_bytes(model)["dense"]
+    assert weight_bytes(lean)["kernel"] == weight_bytes(model)["kernel"]
+    assert set(crossovers(lean).values()) == {None}
+    ids = torch.randint(0, 40, (1, 12))  # 12 tokens: `model`'s dense copies, `lean`'s kernel
+    with torch.no_grad():
+        torch.testing.assert_close(lean(ids).logits, model(ids).logits, rtol=1e-4, atol=1e-4)
+    lm = load_model(tiny_dir, torch.float32, "none", quant=f"{quant}-lowmem")
+    assert lm.quant == f"{quant}-lowmem" and weight_bytes(lm.model)["dense"] == 0
+    with pytest.raises(PardecError, match="unknown quantization"):
+        load_model(tiny_dir, torch.float32, "none", quant="none-lowmem")
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+@pytest.mark.parametrize("quant", ["int8", "int4", "int4-lowmem"])
 def test_spec_on_the_quantized_model_equals_its_own_ar(kind, quant):
     model, mask_id = tiny_model(kind)
     adapters.attach(model, adapters.LoRAConfig("gated-lora", rank=4, alpha=8))
@@ -86,7 +132,7 @@ def test_spec_on_the_quantized_model_equals_its_own_ar(kind, quant):
     with torch.no_grad():
         for m in adapters.lora_modules(model).values():
             m.lora_b.copy_(torch.randn(m.lora_b.shape, generator=g) * 0.5)
-    quantize(model, quant)
+    quantize(model, quant.removesuffix("-lowmem"), dense=not quant.endswith("-lowmem"))
     prompts = [[1, 2, 3, 4, 5], [7, 8, 9]]
     ar = decode(model, prompts, DecodeConfig(method="ar", max_new_tokens=24), mask_id)
     for tree in (0, 1):
