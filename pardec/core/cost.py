@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import time
 import weakref
 from bisect import bisect_left
@@ -21,28 +20,12 @@ from pathlib import Path
 
 import torch
 
+from ..machine import machine
 from .cache import BlockCache
 from .step import Block, block_step
 
 PENDING = (1, 2, 4, 8, 16, 32)  # pending tokens measured, with no block and with one block
 CONTEXTS = (128, 512)  # committed tokens in the cache
-
-
-def machine() -> dict:
-    """The CPU model, its matrix-multiply features (AMX, AVX-512 bf16), threads, torch and device."""
-    flags, model = set(), platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "flags" and not flags:
-                flags = set(value.split())
-            elif key.strip() == "model name":
-                model = value.strip()
-    except OSError:
-        pass
-    return dict(cpu=model, amx="amx_tile" in flags, avx512_bf16="avx512_bf16" in flags,
-                threads=torch.get_num_threads(), torch=torch.__version__,
-                cuda=torch.cuda.get_device_name() if torch.cuda.is_available() else None)  # fmt: skip
 
 
 def _interp(xs: tuple[int, ...], ys: tuple[float, ...], x: float) -> float:

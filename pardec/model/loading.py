@@ -191,5 +191,5 @@ def load_model(
     mask_id = add_mask_token(lm, tok)
     path = checkpoint.resolve_adapter(model, adapter)
     settings = None if path is None else checkpoint.apply(lm, path, model, mask_id)
-    quantization.quantize(lm, kind, gguf=gguf, dense=dense)
+    quantization.quantize(lm, kind, gguf=gguf, dense=dense, tune_cache=cache_dir() / "kernels")
     return LoadedModel(lm, tok, model, path, settings, quant)

@@ -21,6 +21,8 @@ for gated ones).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -28,6 +30,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from ..machine import machine
 
 QUANTS = ("none", "int8", "int4", "gguf")
 LOW_MEMORY = "-lowmem"  # int4-lowmem: no dense copies, the kernel for every forward
@@ -176,10 +180,11 @@ def linears(model, head: bool = True):
 
 
 def quantize(model, kind: str, head: bool = True, gguf: Path | None = None, tuned: bool = True,
-             dense: bool = True) -> dict[str, int]:  # fmt: skip
+             dense: bool = True, tune_cache: Path | None = None) -> dict[str, int]:  # fmt: skip
     """Replace the model's linear layers (the output head too if `head`) with quantized ones, in
     place, and (if `tuned`) choose by timing where each shape's kernel gives way to its dense copy;
-    `dense=False` keeps no dense copies (the kernel for every forward: the least memory).
+    `dense=False` keeps no dense copies (the kernel for every forward: the least memory);
+    `tune_cache`: a folder where the timed choice is kept for later loads.
     `gguf`: the GGUF file the model was converted from (for kind "gguf"). Returns how many
     layers each kernel took, e.g. {"int4": 169, "int8": 0}; a weight the int4 kernel cannot take
     (an input count not a multiple of the group) goes to int8."""
@@ -207,7 +212,7 @@ def quantize(model, kind: str, head: bool = True, gguf: Path | None = None, tune
         setattr(parent, attr, q)
         counts[q.kind] += 1
     if tuned:
-        tune(model)
+        tune(model, cache=tune_cache)
     return counts
 
 
@@ -235,27 +240,57 @@ def _seconds(f, x: torch.Tensor, layers: list, rounds: int = 3) -> float:
 
 
 @torch.no_grad()
-def tune(model, tokens: tuple[int, ...] = TUNE_TOKENS) -> dict[tuple[str, int, int], int]:
+def tune(
+    model, tokens: tuple[int, ...] = TUNE_TOKENS, cache: Path | None = None
+) -> dict[tuple[str, int, int], int]:
     """Time the kernel against the dense matmul on the model's quantized layers, one (kind, N, K)
     shape at a time, and set each layer's `max_kernel_tokens` to its shape's crossover. Returns the
-    crossovers by shape. About a second for a 0.5B model; layers without dense copies keep the kernel."""
+    crossovers by shape. A few seconds for a 0.5B model, so with `cache` (a folder) the choice is
+    kept per machine, shapes, dtype and this file's code, and read back on later loads: the same
+    model then gets the same path (and the same step cost) each time. Layers without dense copies
+    keep the kernel."""
     shapes = defaultdict(list)
     for m in model.modules():
         if isinstance(m, QuantizedLinear) and m.dense is not None:
             shapes[(m.kind, m.out_features, m.in_features)].append(m)
-    chosen = {}
-    for (kind, n, k), layers in shapes.items():
-        sample = layers[:: max(1, len(layers) // TUNE_LAYERS)][:TUNE_LAYERS]
-        dtype = sample[0].dense.dtype
-        times_kernel, times_dense = [], []
-        for t in tokens:
-            x = torch.randn(t, k).to(dtype)  # [T, K]
-            times_kernel.append(_seconds(lambda m, x: m.kernel(x), x, sample))
-            times_dense.append(_seconds(lambda m, x: F.linear(x, m.dense), x, sample))
-        chosen[(kind, n, k)] = crossover(tokens, times_kernel, times_dense)
+    if not shapes:
+        return {}
+    dtype = next(iter(shapes.values()))[0].dense.dtype
+    key = dict(machine(), dtype=str(dtype), tokens=list(tokens), shapes=sorted(shapes),
+               code=hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16])  # fmt: skip
+    path = None
+    if cache is not None:
+        path = cache / (hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16] + ".json")
+    chosen = _read_crossovers(path, shapes)
+    if chosen is None:
+        chosen = {}
+        for (kind, n, k), layers in shapes.items():
+            sample = layers[:: max(1, len(layers) // TUNE_LAYERS)][:TUNE_LAYERS]
+            times_kernel, times_dense = [], []
+            for t in tokens:
+                x = torch.randn(t, k).to(dtype)  # [T, K]
+                times_kernel.append(_seconds(lambda m, x: m.kernel(x), x, sample))
+                times_dense.append(_seconds(lambda m, x: F.linear(x, m.dense), x, sample))
+            chosen[(kind, n, k)] = crossover(tokens, times_kernel, times_dense)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            rows = [[kind, n, k, t] for (kind, n, k), t in chosen.items()]
+            path.write_text(json.dumps(dict(key=key, crossovers=rows), indent=1) + "\n")
+    for shape, layers in shapes.items():
         for m in layers:
-            m.max_kernel_tokens = chosen[(kind, n, k)]
+            m.max_kernel_tokens = chosen[shape]
     return chosen
+
+
+def _read_crossovers(path: Path | None, shapes) -> dict | None:
+    """A cached choice for exactly these shapes, or None (absent or unreadable: timed again)."""
+    if path is None or not path.exists():
+        return None
+    try:
+        chosen = {(kind, n, k): int(t) for kind, n, k, t in json.loads(path.read_text())["crossovers"]}
+    except (ValueError, KeyError, TypeError):
+        return None
+    return chosen if set(chosen) == set(shapes) else None
 
 
 def weight_bytes(model) -> dict[str, int]:

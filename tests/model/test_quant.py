@@ -1,6 +1,8 @@
 """Weight-only int8 and int4 linears: both paths compute the quantized model, and spec stays lossless with
 respect to it (greedy, fp32 activations)."""
 
+import json
+
 import pytest
 import torch
 from tiny import tiny_model
@@ -102,6 +104,28 @@ def test_tuning_sets_one_crossover_per_shape_from_the_timed_counts():
     assert all(t in (0, *TUNE_TOKENS) for t in chosen.values())
     for m in layers:  # every layer of a shape got its shape's choice
         assert m.max_kernel_tokens == chosen[f"int4 [{m.out_features} x {m.in_features}]"]
+
+
+def test_a_cached_choice_is_read_back_for_the_same_shapes_and_timed_again_otherwise(tmp_path):
+    model, _ = tiny_model("qwen2")
+    quantize(model, "int4", tune_cache=tmp_path)
+    (path,) = tmp_path.glob("*.json")
+    record = json.loads(path.read_text())
+    record["crossovers"] = [
+        [kind, n, k, 3] for kind, n, k, _ in record["crossovers"]
+    ]  # a choice timing never gives
+    path.write_text(json.dumps(record))
+    again, _ = tiny_model("qwen2")
+    quantize(again, "int4", tune_cache=tmp_path)
+    assert set(crossovers(again).values()) == {3}  # read back, not timed
+    path.write_text("{")  # unreadable: timed again and rewritten
+    third, _ = tiny_model("qwen2")
+    quantize(third, "int4", tune_cache=tmp_path)
+    assert all(t in (0, *TUNE_TOKENS) for t in crossovers(third).values())
+    assert json.loads(path.read_text())["crossovers"]
+    other, _ = tiny_model("llama")  # the same shapes in int8: another entry
+    quantize(other, "int8", tune_cache=tmp_path)
+    assert len(list(tmp_path.glob("*.json"))) == 2
 
 
 @pytest.mark.parametrize("quant", ["int8", "int4"])

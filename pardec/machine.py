@@ -1,0 +1,26 @@
+"""What machine this is, as far as timings depend on it: the CPU model and its matrix features, threads,
+torch and the GPU. Measured costs (step costs, kernel crossovers) are cached under this key."""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+import torch
+
+
+def machine() -> dict:
+    """The CPU model, its matrix-multiply features (AMX, AVX-512 bf16), threads, torch and device."""
+    flags, model = set(), platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "flags" and not flags:
+                flags = set(value.split())
+            elif key.strip() == "model name":
+                model = value.strip()
+    except OSError:
+        pass
+    return dict(cpu=model, amx="amx_tile" in flags, avx512_bf16="avx512_bf16" in flags,
+                threads=torch.get_num_threads(), torch=torch.__version__,
+                cuda=torch.cuda.get_device_name() if torch.cuda.is_available() else None)  # fmt: skip
