@@ -38,7 +38,7 @@ LOW_MEMORY = "-lowmem"  # int4-lowmem: no dense copies, the kernel for every for
 CHOICES = QUANTS + tuple(q + LOW_MEMORY for q in QUANTS[1:])
 GROUP = 32  # int4 group size: Q4_0/Q4_1/Q4_K's sub-blocks
 MAX_KERNEL_TOKENS = {"int8": 4, "int4": 4}  # before tuning: forwards of more tokens run the dense weights
-TUNE_TOKENS = (1, 2, 4, 6, 8, 12, 16, 24, 32)  # token counts `tune` times both paths at
+TUNE_TOKENS = (1, 2, 4, 8, 9, 12, 16, 17, 24, 32)  # timed: 9 and 17 are block steps (1 + 8 slots, + 8 drafts)
 TUNE_LAYERS = 8  # distinct layers of a shape cycled through, so that weights come from memory as in a forward
 # The ops' overloads, looked up once: each of ~170 calls a step would otherwise resolve them again.
 _INT8_MM = torch.ops.aten._weight_int8pack_mm.default
