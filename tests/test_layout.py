@@ -11,7 +11,7 @@ from pathlib import Path
 import pardec
 
 ROOT = Path(pardec.__file__).parent
-# What each part may import (besides itself and the leaf helpers `errors` and `datafiles`).
+# What each part may import (besides itself and the leaf helpers `errors`, `datafiles` and `machine`).
 ALLOWED = {
     "model": set(),
     "core": {"model"},
@@ -25,7 +25,7 @@ ALLOWED = {
     "hf": {"model", "core", "decoding", "methods"},
     "cli": {"model", "core", "decoding", "methods", "api", "tasks", "training", "bench", "server"},
 }
-LEAVES = {"errors", "datafiles"}
+LEAVES = {"errors", "datafiles", "machine"}
 
 
 def pardec_imports(path: Path, root: Path = ROOT) -> set[str]:
