@@ -183,9 +183,10 @@ def load_model(
     "auto" (the one bundled for this model, if any), "none", or a checkpoint folder; then quantize
     its linear layers' weights if `quant` says so (model/quant.py: int8, int4, or gguf, the GGUF's own
     4-bit blocks; with -lowmem, as int4-lowmem, without dense copies for many-token forwards)."""
-    if quant not in quantization.CHOICES:
-        raise PardecError(f"unknown quantization '{quant}': one of {', '.join(quantization.CHOICES)}")
-    kind, dense = quantization.parse(quant)
+    try:
+        kind, dense = quantization.parse(quant)
+    except ValueError as e:
+        raise PardecError(str(e)) from None
     gguf = gguf_file(model) if kind == "gguf" else None  # refused before the slow load
     lm, tok = load_base(model, dtype)
     mask_id = add_mask_token(lm, tok)

@@ -17,6 +17,7 @@ from pardec.model.quant import (
     Int8Linear,
     crossover,
     crossovers,
+    parse,
     quantize,
     weight_bytes,
 )
@@ -156,7 +157,8 @@ def test_spec_on_the_quantized_model_equals_its_own_ar(kind, quant):
     with torch.no_grad():
         for m in adapters.lora_modules(model).values():
             m.lora_b.copy_(torch.randn(m.lora_b.shape, generator=g) * 0.5)
-    quantize(model, quant.removesuffix("-lowmem"), dense=not quant.endswith("-lowmem"))
+    weights, dense = parse(quant)
+    quantize(model, weights, dense=dense)
     prompts = [[1, 2, 3, 4, 5], [7, 8, 9]]
     ar = decode(model, prompts, DecodeConfig(method="ar", max_new_tokens=24), mask_id)
     for tree in (0, 1):
