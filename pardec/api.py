@@ -51,10 +51,13 @@ def configure(
     """Settle a config for this model and load what its method needs: (config, extras for `generate`).
 
     Unless `sets_block_size`, decode at the block size the model's adapter was trained with (its
-    block predictions beyond that are untrained), or the one its method's own model was (a drafter).
+    block predictions beyond that are untrained), or the one its method's own model was (a drafter);
+    and, unless set, let adaptive spec shorten blocks as far as the adapter was trained to.
     `options`: method options, e.g. {"drafter": "auto"}."""
     if not sets_block_size and lm.trained_block_size is not None:
         config = dataclasses.replace(config, block_size=lm.trained_block_size)
+    if config.min_block_size is None and lm.trained_min_block_size is not None:
+        config = dataclasses.replace(config, min_block_size=max(2, lm.trained_min_block_size))
     method = METHODS[config.method]
     if method.prepare is None:
         return config, {}

@@ -165,6 +165,11 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
                         "step costs on this machine (measured once, cached) and how likely the drafts "
                         f"are; lossless (default {'on' if d.adaptive else 'off'}; --no-adaptive: the fixed "
                         "shapes)")
+    p.add_argument("--min-block-size", type=int, default=d.min_block_size,
+                   help="spec with --adaptive: the shortest block a step may feed; each step's block size "
+                        "is chosen between this and --block-size by the step cost and the drafts' reach "
+                        "(default: the adapter's, if it was trained with sampled block sizes, else always "
+                        "--block-size)")
     p.add_argument("--tree", type=int, default=d.tree,
                    help="spec: branches per step, a tree: the next choices for the draft most worth an "
                         "alternative, each carrying on with the drafts after it (default 0: a chain; with "
@@ -197,6 +202,7 @@ def decode_config(args):
         draft_cutoff=args.draft_cutoff,
         block_reach=args.block_reach,
         adaptive=args.adaptive,
+        min_block_size=args.min_block_size,
         tree=args.tree,
         tree_depth=args.tree_depth,
         temperature=args.temperature,

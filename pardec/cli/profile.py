@@ -52,6 +52,10 @@ def run(args) -> None:
         cells = " | ".join(f"{1000 * cost.seconds(n, c):.1f} | {cost.relative(n, c):.2f} | "
                            f"{cost.relative(n, c, block=True):.2f}" for c in cost.contexts)  # fmt: skip
         print(f"| {n} | {cells} |")
+    for slots in cost.short_slots:  # shorter blocks, which adaptive spec may feed (--min-block-size)
+        cells = ", ".join(f"{n} pending {cost.relative(n, cost.contexts[0], slots):.2f}"
+                          for n in cost.pending[: step_cost.SHORT_PENDING])  # fmt: skip
+        print(f"+ {slots} slots, x AR at ctx {cost.contexts[0]}: {cells}")
     if shapes := crossovers(lm.model):
         print(
             "quantized kernels, most tokens per forward before the dense copy (timed at load): "

@@ -26,6 +26,8 @@ from .step import Block, block_step
 
 PENDING = (1, 2, 4, 8, 16, 32)  # pending tokens measured, with no block and with one block
 CONTEXTS = (128, 512)  # committed tokens in the cache
+SHORT_SLOTS = (2, 4)  # shorter blocks measured too (where below the block size), at few pending tokens
+SHORT_PENDING = 4  # the first this many of PENDING: a short block follows few drafts
 
 
 def _interp(xs: tuple[int, ...], ys: tuple[float, ...], x: float) -> float:
@@ -39,7 +41,8 @@ def _interp(xs: tuple[int, ...], ys: tuple[float, ...], x: float) -> float:
 class StepCost:
     """Seconds of one block_step at contexts[c] committed tokens: plain[c][i] feeding
     pending[i] tokens, block[c][i] feeding pending[i] tokens and a block of `block_size` [MASK] slots
-    (gated adapters on)."""
+    (gated adapters on), and short[s][c][i] with a block of short_slots[s] slots, at the first
+    len(short[s][c]) pending counts."""
 
     pending: tuple[int, ...]
     contexts: tuple[int, ...]
@@ -47,14 +50,29 @@ class StepCost:
     plain: tuple[tuple[float, ...], ...]
     block: tuple[tuple[float, ...], ...]
     key: dict  # what it was measured for (model, adapter, dtype and the machine)
+    short_slots: tuple[int, ...] = ()
+    short: tuple[tuple[tuple[float, ...], ...], ...] = ()
 
-    def seconds(self, pending: int, context: int, block: bool = False) -> float:
-        """Time of a step feeding `pending` tokens (and a block, or not) after `context` committed tokens."""
-        rows = self.block if block else self.plain
-        per_context = tuple(_interp(self.pending, row, pending) for row in rows)
+    def _curve(self, rows, pending: int, context: int) -> float:
+        per_context = tuple(_interp(self.pending[: len(row)], row, pending) for row in rows)
         if len(self.contexts) == 1:
-            return max(per_context[0], 1e-6)
-        return max(_interp(self.contexts, per_context, context), 1e-6)
+            return per_context[0]
+        return _interp(self.contexts, per_context, context)
+
+    def seconds(self, pending: int, context: int, block: bool | int = False) -> float:
+        """Time of a step feeding `pending` tokens and a block after `context` committed tokens. block:
+        False (none), True (block_size slots) or a number of slots; between the measured block sizes
+        the time is interpolated linearly in slots."""
+        slots = self.block_size if block is True else min(int(block), self.block_size)
+        if slots <= 0:
+            return max(self._curve(self.plain, pending, context), 1e-6)
+        if slots == self.block_size:
+            return max(self._curve(self.block, pending, context), 1e-6)
+        anchors = [(0, self.plain), *zip(self.short_slots, self.short), (self.block_size, self.block)]
+        i = next(i for i, (s, _) in enumerate(anchors) if s >= slots)
+        (s1, rows1), (s0, rows0) = anchors[i], anchors[i - 1]
+        t1, t0 = self._curve(rows1, pending, context), self._curve(rows0, pending, context)
+        return max(t0 + (t1 - t0) * (slots - s0) / (s1 - s0), 1e-6)
 
     def relative(self, pending: int, context: int, block: bool = False) -> float:
         """seconds(...) / the seconds of an AR step (1 pending token, no block) at the same context."""
@@ -65,8 +83,10 @@ class StepCost:
 
     @classmethod
     def from_json(cls, d: dict) -> StepCost:
+        short = tuple(tuple(map(tuple, per_slots)) for per_slots in d["short"])
         return cls(tuple(d["pending"]), tuple(d["contexts"]), d["block_size"],
-                   tuple(map(tuple, d["plain"])), tuple(map(tuple, d["block"])), d["key"])  # fmt: skip
+                   tuple(map(tuple, d["plain"])), tuple(map(tuple, d["block"])), d["key"],
+                   tuple(d["short_slots"]), short)  # fmt: skip
 
 
 @torch.no_grad()
@@ -75,14 +95,17 @@ def measure(model, mask_id: int, block_size: int, pending: tuple[int, ...] = PEN
             key: dict | None = None) -> StepCost:  # fmt: skip
     """Time every shape `rounds` times, interleaved, after one warm-up round. Each shape keeps its
     fastest time (other work on the machine only ever adds time), and each curve is made
-    non-decreasing in tokens fed, with a block never cheaper than without."""
+    non-decreasing in tokens fed, with a block never cheaper than a shorter one or none."""
     limit = getattr(model.config, "max_position_embeddings", None) or 1 << 30
     room = max(pending) + block_size + 1
     contexts = tuple(c for c in contexts if c + room < limit) or (max(1, (limit - room) // 2),)
     g = torch.Generator().manual_seed(0)
     vocab = min(mask_id, 1000)
-    shapes = [(n, blk) for n in pending for blk in (False, True)]
-    times: dict[tuple[int, int, bool], list[float]] = {(c, n, blk): [] for c in contexts for n, blk in shapes}
+    short_slots = tuple(s for s in SHORT_SLOTS if s < block_size)
+    # (pending, slots): no block, the full block, and the short blocks at few pending tokens
+    shapes = [(n, s) for n in pending for s in (0, block_size)]
+    shapes += [(n, s) for s in short_slots for n in pending[:SHORT_PENDING]]
+    times: dict[tuple[int, int, int], list[float]] = {(c, n, s): [] for c in contexts for n, s in shapes}
     for c in contexts:
         cache = BlockCache.empty(1, model.config, model.device)
         out = block_step(
@@ -90,21 +113,31 @@ def measure(model, mask_id: int, block_size: int, pending: tuple[int, ...] = PEN
         )
         cache.commit(out.fed_pos, torch.ones_like(out.pending_valid), 0)
         for r in range(rounds + 1):
-            for n, blk in shapes:
+            for n, slots in shapes:
                 ids = torch.randint(0, vocab, (n,), generator=g).tolist()
-                blocks = [[Block(0, [mask_id] * block_size)]] if blk else None
+                blocks = [[Block(0, [mask_id] * slots)]] if slots else None
                 t0 = time.perf_counter()
                 out = block_step(model, cache, [ids], blocks, n, mask_id)
                 dt = time.perf_counter() - t0
                 # Nothing is kept: the cache returns to the same committed text for the next shape.
                 cache.commit(out.fed_pos, torch.zeros_like(out.pending_valid), out.block_logits.shape[1])
                 if r:  # round 0 warms up
-                    times[(c, n, blk)].append(dt)
+                    times[(c, n, slots)].append(dt)
     best = {k: min(v) for k, v in times.items()}
-    plain = tuple(_rising([best[(c, n, False)] for n in pending]) for c in contexts)
-    block = tuple(_rising([max(best[(c, n, True)], p) for n, p in zip(pending, row)])
-                  for c, row in zip(contexts, plain))  # fmt: skip
-    return StepCost(tuple(pending), contexts, block_size, plain, block, key or {})
+
+    def curve(c: int, slots: int, floor: tuple[float, ...], n: int) -> tuple[float, ...]:
+        """Times by pending count (the first n), non-decreasing and never below `floor` (a shorter
+        block's, or no block's, where that was measured)."""
+        return _rising([max([best[(c, p, slots)], *floor[i : i + 1]]) for i, p in enumerate(pending[:n])])
+
+    plain = tuple(curve(c, 0, (), len(pending)) for c in contexts)
+    floor, short = plain, []
+    for s in short_slots:
+        floor = tuple(curve(c, s, f, SHORT_PENDING) for c, f in zip(contexts, floor))
+        short.append(floor)
+    floor = tuple(f + p[len(f) :] for f, p in zip(floor, plain))  # the longest short block, then none
+    block = tuple(curve(c, block_size, f, len(pending)) for c, f in zip(contexts, floor))
+    return StepCost(tuple(pending), contexts, block_size, plain, block, key or {}, short_slots, tuple(short))
 
 
 def _rising(xs: list[float]) -> tuple[float, ...]:

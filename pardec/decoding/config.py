@@ -26,6 +26,10 @@ class DecodeConfig:
     # spec: choose per step how many drafts to feed, or a plain AR step, by the measured step cost and
     # the drafts' calibrated acceptance (schedule.py); False: the fixed shapes below, every step
     adaptive: bool = True
+    # spec with adaptive: the shortest block a step may feed; the schedule chooses each step's block
+    # size between this and block_size. None: the adapter's own (trained with block sizes sampled from
+    # it), else always block_size (a shorter block than trained is out of distribution)
+    min_block_size: int | None = None
     # spec: a tree's branches per step, the draft's next `tree` choices at one fork, each carrying on
     # with up to `tree_depth` drafts (0: a chain); with `adaptive`, fed only where they pay
     tree: int = 0
@@ -60,6 +64,13 @@ class DecodeConfig:
             raise PardecError(f"tree depth must be an integer >= 0, got {self.tree_depth}")
         if not isinstance(self.adaptive, bool):
             raise PardecError(f"adaptive must be true or false, got {self.adaptive!r}")
+        if self.min_block_size is not None and (
+            not isinstance(self.min_block_size, int) or self.min_block_size < 2
+        ):
+            raise PardecError(
+                "min block size must be an integer >= 2 (a slot for the bonus, one draft), "
+                f"got {self.min_block_size}"
+            )
         if not 0.0 <= self.block_reach <= 1.0:
             raise PardecError(f"block reach must lie in [0, 1], got {self.block_reach}")
         if self.confidence not in ("prob", "entropy"):

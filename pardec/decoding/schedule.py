@@ -22,6 +22,13 @@ other rows fed last step, plus this row's, less the time without this row's. On 
 rows that feed a dozen tokens each is compute-bound, and every extra token costs about as much as a
 row's AR token; a lone row pays mostly for reading the weights, which its drafts share.
 
+With a shortest block size (an adapter trained on sampled block sizes), the block's size m is
+chosen too. A block of m slots gives the next step at most m - 1 drafts (its first slot sits at the
+bonus token's position), so m is the one whose steady state is fastest: m pending tokens (the bonus
+and m - 1 drafts) and m slots per step, committing 1 + q_1 + ... + q_{m-1}, where q is the reach of
+these drafts, carried on past the last one at their mean ratio from one draft to the next. Where
+each token fed is dear (a quantized kernel on a CPU) short blocks win; on a flat curve, the longest.
+
 Which drafts are fed depends only on the drafts themselves, never on the target's verdict, so the
 output stays exactly the model's.
 """
@@ -50,6 +57,7 @@ class Plan:
     predicted: float = 0.0  # sum over verified steps of the expected accepted drafts (uncalibrated)
     observed: float = 0.0  # sum of the drafts actually accepted in those steps
     fed: int = 0  # drafts fed by the planned step
+    slots: int = 0  # block slots of the planned step (when it feeds a block)
     others: int = 0  # tokens the batch's other rows fed last step (the planned step's company)
     block: bool = True  # whether the planned step feeds a block
     tokens: float | None = None  # moving averages over block steps: tokens committed,
@@ -71,19 +79,36 @@ class Memory:
     backoff: int = 1
 
 
-def step_seconds(cost: StepCost, pending: int, context: int, block: bool, others: int = 0) -> float:
-    """What a row's step feeding `pending` tokens (and a block, or not) adds to a batch step in which
-    the other rows feed `others` tokens (0: the row alone, the whole step's time)."""
+def step_seconds(cost: StepCost, pending: int, context: int, block: bool | int, others: int = 0) -> float:
+    """What a row's step feeding `pending` tokens and a block (False: none, True: the full block, or
+    a number of slots) adds to a batch step in which the other rows feed `others` tokens (0: the row
+    alone, the whole step's time)."""
     if others <= 0:
         return cost.seconds(pending, context, block)
-    mine = pending + (cost.block_size if block else 0)
+    mine = pending + (cost.block_size if block is True else int(block))
     return max(cost.seconds(others + mine, context) - cost.seconds(others, context), 1e-6)
 
 
+def choose_slots(reach: list[float], min_slots: int, context: int, cost: StepCost, others: int = 0) -> int:
+    """The block size in [min_slots, block_size] whose steady state commits the most tokens per
+    second, for drafts reaching as far as `reach` (at least one) says and on at its mean ratio."""
+    D = cost.block_size
+    ratio = reach[-1] ** (1.0 / len(reach))  # mean ratio of one draft's reach to the one before
+    q = [reach[i] if i < len(reach) else reach[-1] * ratio ** (i + 1 - len(reach)) for i in range(D - 1)]
+    best, best_rate = D, -1.0
+    for m in range(min(min_slots, D), D + 1):
+        rate = (1.0 + sum(q[: m - 1])) / step_seconds(cost, m, context, m, others)
+        if rate > best_rate:
+            best, best_rate = m, rate
+    return best
+
+
 def plan_step(plan: Plan, reach: torch.Tensor | None, n_drafts: int, context: int, cost: StepCost,
-              max_backoff: int, others: int = 0) -> None:  # fmt: skip
-    """Decide the next step: plan.block and plan.fed. reach: [n_drafts] predicted reach of the drafts
-    (None with no drafts); others: tokens the batch's other rows feed (0: alone)."""
+              max_backoff: int, others: int = 0, min_slots: int | None = None) -> None:  # fmt: skip
+    """Decide the next step: plan.block, plan.fed and plan.slots. reach: [n_drafts] predicted reach of
+    the drafts (None with no drafts); others: tokens the batch's other rows feed (0: alone);
+    min_slots: the shortest block allowed (None: always the full block)."""
+    plan.slots = cost.block_size
     if plan.ar_left > 0:
         plan.ar_left -= 1
         plan.block, plan.fed = False, 0
@@ -92,10 +117,12 @@ def plan_step(plan: Plan, reach: torch.Tensor | None, n_drafts: int, context: in
     ar_rate = 1.0 / step_seconds(cost, 1, context, False, others)
     scale = plan.scale
     p = [] if reach is None else [min(1.0, x * scale) for x in reach[:n_drafts].tolist()]
+    if min_slots is not None and p and p[-1] > 0:
+        plan.slots = choose_slots(p, min_slots, context, cost, others)
     expected, rates = 1.0, []  # expected tokens committed, and per second, for k = 0 .. n_drafts
     for k in range(len(p) + 1):
         expected += p[k - 1] if k else 0.0
-        rates.append(expected / step_seconds(cost, 1 + k, context, True, others))
+        rates.append(expected / step_seconds(cost, 1 + k, context, plan.slots, others))
     best = max(range(len(rates)), key=rates.__getitem__)
     # At least one draft whenever there are some: it costs little, and without verified drafts the
     # calibration could never learn that pessimistic confidences undersell them.

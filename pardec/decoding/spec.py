@@ -18,7 +18,8 @@ The block that drafts next must sit before the fork for a taken branch to keep i
 
 With `adaptive`, how many drafts each step feeds, and whether it is a plain AR step instead, follows
 the measured cost of a step on this machine and the drafts' calibrated acceptance (schedule.py; the
-adapter's `calibration.json` maps confidences to acceptance probabilities where it has one).
+adapter's `calibration.json` maps confidences to acceptance probabilities where it has one); with
+`min_block_size` too, so does the block's size. A batch feeds one block size, its rows' longest.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class Speculative(Verifier):
         self.memory = (extras or {}).get("memory") or schedule.Memory()  # shared across calls if given
         self.batch_fed = 0  # tokens the last step fed over the whole batch (0: one row)
         self.batch_ar = False  # this step is a plain AR step for the whole batch
+        self.width = config.block_size  # slots of each block this step feeds
 
     def new_state(self):
         if self.cost is None:
@@ -88,25 +90,25 @@ class Speculative(Verifier):
         return max(0, self.batch_fed - (row.fed[-1] if row.fed else 0)) if self.batch_fed else 0
 
     def before_step(self, rows):
-        """In a batch every row pays for the block slots once any row feeds a block (rows feed one
-        shape). So the batch feeds blocks only if the tokens they are expected to commit (each row's
-        recent tokens per block step) come faster than plain AR steps for every row would."""
-        self.batch_ar = False
-        if self.cost is None or len(rows) < 2:
+        """Plan every row's step, then the batch's block size. In a batch every row pays for the
+        block slots once any row feeds a block (rows feed one shape). So the batch feeds blocks only
+        if the tokens they are expected to commit (each row's recent tokens per block step) come
+        faster than plain AR steps for every row would."""
+        self.batch_ar, self.width = False, self.cfg.block_size
+        if self.cost is None:
             return
-        context = max(len(r.committed) for r in rows)
-        expected = sum(PRIOR_TOKENS if r.state.plan.tokens is None else r.state.plan.tokens for r in rows)
-        # The block curve holds one row's block; the other rows' slots count as more tokens fed.
-        fed = sum(1 + len(r.state.tokens) for r in rows) + (len(rows) - 1) * self.cfg.block_size
-        block_rate = expected / self.cost.seconds(fed, context, block=True)
-        self.batch_ar = block_rate < len(rows) / self.cost.seconds(len(rows), context)
-
-    def drafts(self, row):
-        st: Drafts = row.state
-        if self.cost is not None and self.batch_ar:  # the batch decodes a plain AR step
-            st.plan.block, st.plan.fed = False, 0
-            st.keep(0)
-        elif self.cost is not None:
+        if len(rows) >= 2:
+            context = max(len(r.committed) for r in rows)
+            expected = sum(PRIOR_TOKENS if r.state.plan.tokens is None else r.state.plan.tokens for r in rows)
+            # The block curve holds one row's block; the other rows' slots count as more tokens fed.
+            fed = sum(1 + len(r.state.tokens) for r in rows) + (len(rows) - 1) * self.cfg.block_size
+            block_rate = expected / self.cost.seconds(fed, context, block=True)
+            self.batch_ar = block_rate < len(rows) / self.cost.seconds(len(rows), context)
+        for row in rows:
+            st: ScheduledDrafts = row.state
+            if self.batch_ar:  # the batch decodes a plain AR step
+                st.plan.block, st.plan.fed = False, 0
+                continue
             st.plan.others = self.others(row)
             schedule.plan_step(
                 st.plan,
@@ -116,8 +118,15 @@ class Speculative(Verifier):
                 self.cost,
                 MAX_BACKOFF,
                 st.plan.others,
+                self.cfg.min_block_size,
             )
             self.memory.backoff = st.plan.backoff
+        widths = [r.state.plan.slots for r in rows if r.state.plan.block]
+        self.width = max(widths, default=self.cfg.block_size)
+
+    def drafts(self, row):
+        st: Drafts = row.state
+        if self.cost is not None:
             st.keep(st.plan.fed)  # the rest are unlikely enough not to pay for their place
         st.fork = self.plan_fork(row)
         return super().drafts(row)
@@ -150,7 +159,7 @@ class Speculative(Verifier):
         if self.cost is not None:
             expected = 1.0 + sum(reach)
             context = len(row.committed)
-            seconds = lambda n: schedule.step_seconds(self.cost, n, context, True, st.plan.others)  # noqa: E731
+            seconds = lambda n: schedule.step_seconds(self.cost, n, context, self.width, st.plan.others)  # noqa: E731
             without = expected / seconds(1 + m)
             with_tree = (expected + gains[fork]) / seconds(1 + m + self.branch_tokens)
             if with_tree <= without:
@@ -183,7 +192,7 @@ class Speculative(Verifier):
         if self.cost is not None and not st.plan.block:
             return None  # a plain AR step
         m = len(st.tokens)
-        masks = [self.mask_id] * self.cfg.block_size
+        masks = [self.mask_id] * self.width
         out = [Block(m - n, masks) for n in self.block_lengths(row)]
         if st.fork is not None:  # branches start where the fork's draft sits, padded to one length
             width = 1 + self.cfg.tree_depth
@@ -197,7 +206,7 @@ class Speculative(Verifier):
         if st.fork is None:
             n, commit = self.verify(row, ntp)
             return n, commit, n
-        start = len(self.block_lengths(row)) * self.cfg.block_size
+        start = len(self.block_lengths(row)) * self.width
         width = 1 + self.cfg.tree_depth
         branches = self.branches(row)
         logits = [block[start + k * width : start + k * width + len(b)] for k, b in enumerate(branches)]
@@ -217,7 +226,7 @@ class Speculative(Verifier):
             # The step's context: committed text before it (row.committed is not extended yet).
             extra = 0 if fork is None else self.branch_tokens
             seconds = (
-                schedule.step_seconds(self.cost, 1 + fed + extra, len(row.committed), True, plan.others)
+                schedule.step_seconds(self.cost, 1 + fed + extra, len(row.committed), self.width, plan.others)
                 if plan.block
                 else None
             )
@@ -230,7 +239,7 @@ class Speculative(Verifier):
         # before the fork were (path > n then).
         seen = n if path == n else fork
         L = max((x for x in lengths if x <= seen), default=None)
-        D = self.cfg.block_size
+        D = self.width
         # Slot j of the block after L drafts sits where draft L + 1 + j did; the bonus sits at draft
         # position path + 1, so the slots after path - L are the next drafts.
         first = 1 + path - L if L is not None else D

@@ -155,6 +155,12 @@ class LoadedModel:
         """D the adapter was trained with (its block predictions beyond that are untrained)."""
         return None if self.adapter_settings is None else self.adapter_settings.block_size
 
+    @property
+    def trained_min_block_size(self) -> int | None:
+        """The shortest block the adapter was trained on when it sampled block sizes, else None."""
+        training = None if self.adapter_settings is None else self.adapter_settings.training
+        return (training or {}).get("min_block_size")
+
     @cached_property
     def stop_ids(self) -> frozenset[int]:
         return frozenset(chat.stop_token_ids(self.model, self.tokenizer))

@@ -58,6 +58,7 @@ def test_generate_streams_the_same_text_as_json(tiny_dir, capsys):
         (["--max-new-tokens", "0"], "max new tokens"),
         (["--block-at", "-1"], "block_at must be an integer >= 0"),
         (["--block-reach", "1.5"], "block reach must lie in [0, 1]"),
+        (["--min-block-size", "1"], "min block size must be an integer >= 2"),
     ],
 )
 def test_bad_parameters_give_one_line_errors(tiny_dir, capsys, args, message):
@@ -311,6 +312,7 @@ def test_profile_prints_the_step_cost_and_caches_it(tiny_dir, capsys, tmp_path, 
     code, out, err = run_cli(capsys, *args, "--out", str(tmp_path / "p"))
     assert code == 0, err
     assert "| pending |" in out and (tmp_path / "p" / "step_cost.png").stat().st_size > 0
+    assert "+ 2 slots, x AR" in out  # a shorter block than D, measured too
     saved = json.loads((tmp_path / "p" / "step_cost.json").read_text())
     assert saved["block_size"] == 4 and saved["key"]["model"] == tiny_dir
     assert len(saved["plain"][0]) == len(saved["block"][0]) == len(saved["pending"])

@@ -11,13 +11,25 @@ from tiny import tiny_model
 
 from pardec.core.cost import StepCost, measure
 from pardec.decoding import DecodeConfig, decode
-from pardec.decoding.schedule import Memory, Plan, plan_step, record
+from pardec.decoding.schedule import Memory, Plan, choose_slots, plan_step, record
 
 
 def linear_cost(ar=1.0, per_token=0.0, block=0.0, D=4):
     """A StepCost whose AR step takes `ar`, each more token `per_token`, and a block `block` more."""
     plain = (ar, ar + 31 * per_token)
     return StepCost((1, 32), (100,), D, (plain,), (tuple(t + block for t in plain),), {})
+
+
+def slot_cost(per_token=0.3, per_slot=0.05, D=8):
+    """A StepCost measured with short blocks too (2 and 4 slots, at up to 8 pending tokens): a step
+    costs 1 + per_token for each token fed past the first (block slots included) + per_slot a slot."""
+    pending = (1, 2, 4, 8, 16, 32)
+
+    def curve(slots, n=6):
+        return tuple(1.0 + per_token * (p - 1 + slots) + per_slot * slots for p in pending[:n])
+
+    short = ((curve(2, 4),), (curve(4, 4),))
+    return StepCost(pending, (100,), D, (curve(0),), (curve(D),), {}, (2, 4), short)
 
 
 FLAT = linear_cost()  # a GPU-like curve: every shape costs an AR step
@@ -87,6 +99,37 @@ def test_a_good_realized_rate_rides_out_a_few_poor_drafts():
     assert not plan.block
 
 
+def test_a_block_of_any_size_is_priced_from_the_measured_sizes_around_it():
+    cost = slot_cost()
+    assert cost.seconds(4, 100, 2) == pytest.approx(1 + 0.3 * 5 + 0.1)  # measured
+    assert cost.seconds(4, 100, 3) == pytest.approx((cost.seconds(4, 100, 2) + cost.seconds(4, 100, 4)) / 2)
+    assert cost.seconds(2, 100, 6) == pytest.approx((cost.seconds(2, 100, 4) + cost.seconds(2, 100, 8)) / 2)
+    assert cost.seconds(2, 100, 1) == pytest.approx((cost.seconds(2, 100) + cost.seconds(2, 100, 2)) / 2)
+    assert cost.seconds(16, 100, True) == cost.seconds(16, 100, 8) == cost.seconds(16, 100, 12)
+    assert cost.seconds(16, 100, False) == cost.seconds(16, 100, 0) == pytest.approx(1 + 0.3 * 15)
+    assert StepCost.from_json(cost.to_json()) == cost
+    old = {k: v for k, v in cost.to_json().items() if k not in ("short", "short_slots")}
+    with pytest.raises(KeyError):  # a curve cached before short blocks were measured is measured again
+        StepCost.from_json(old)
+
+
+def test_the_block_size_is_the_fastest_steady_state_for_the_drafts_reach():
+    reach = [0.9, 0.8, 0.7]
+    # Each token fed costs 0.3 AR steps: 4 slots (the bonus and 3 drafts a step) are fastest.
+    assert choose_slots(reach, 2, 100, slot_cost()) == 4
+    assert choose_slots(reach, 2, 100, slot_cost(per_token=0.0, per_slot=0.0)) == 8  # flat: the longest
+    assert choose_slots([0.3], 2, 100, slot_cost()) == 2  # a poor draft: the shortest allowed
+    assert choose_slots([0.3], 3, 100, slot_cost()) == 3
+    assert choose_slots([1.0], 2, 100, slot_cost()) == 8  # sure drafts: every slot pays
+    plan = Plan()
+    plan_step(plan, torch.tensor(reach), 3, 100, slot_cost(), 32, min_slots=2)
+    assert plan.block and plan.slots == 4
+    plan_step(plan, torch.tensor(reach), 3, 100, slot_cost(), 32)  # no shortest block: always D
+    assert plan.slots == 8
+    plan_step(plan, None, 0, 100, slot_cost(), 32, min_slots=2)  # a step to get drafts: the full block
+    assert plan.slots == 8
+
+
 def test_the_calibration_follows_observed_acceptance():
     plan = Plan()
     reach = torch.tensor([0.9, 0.8, 0.7, 0.6])
@@ -152,6 +195,40 @@ def test_adaptive_spec_with_good_drafts_feeds_them_on_a_flat_curve_and_sparingly
         assert got.tokens == ar.tokens and max(got.accepted_per_step) == 4 and got.forwards < 15
 
 
+class Unsure(Right):
+    """Every draft right, stated with modest confidence (reach 0.6, 0.36, ...); records the block
+    size of each step."""
+
+    widths: list[int] = []
+
+    def before_step(self, rows):
+        super().before_step(rows)
+        Unsure.widths.append(self.width)
+
+    def update(self, row, ntp, block):
+        upd = super().update(row, ntp, block)
+        if row.state.tokens:
+            row.state.reach = row.state.predicted = 0.6 ** torch.arange(1.0, len(row.state.tokens) + 1)
+        return upd
+
+
+def test_adaptive_spec_shortens_blocks_on_a_steep_curve_and_stays_exactly_ar(tiny, monkeypatch):
+    model, mask_id = tiny
+    ar = run(model, mask_id, PROMPTS, method="ar", max_new_tokens=40)
+    Unsure.truth = ar[0].tokens + [0] * 8
+    use_policy(Unsure, monkeypatch)
+    config = DecodeConfig(method="spec", block_size=8, min_block_size=2, adaptive=True, max_new_tokens=40)
+    Unsure.widths = []
+    got = decode(model, PROMPTS[:1], config, mask_id, extras={"cost": slot_cost()})[0]
+    assert got.tokens == ar[0].tokens
+    assert 8 in Unsure.widths and min(Unsure.widths) < 4  # full blocks to get drafts, short ones after
+    flat = decode(model, PROMPTS[:1], config, mask_id, extras={"cost": slot_cost(0.0, 0.0)})[0]
+    assert flat.tokens == ar[0].tokens
+    monkeypatch.undo()  # untrained drafts in a batch: rows of different block sizes feed the longest
+    batch = decode(model, PROMPTS, config, mask_id, extras={"cost": slot_cost(0.05, 0.01)})
+    assert [b.tokens for b in batch] == [a.tokens for a in ar]
+
+
 def test_adaptive_spec_samples_the_target_distribution(small_vocab_model):  # noqa: F811
     model, mask_id = small_vocab_model
     n = 3000
@@ -171,6 +248,11 @@ def test_the_measured_cost_is_a_positive_rising_curve(tiny):
     model, mask_id = tiny
     cost = measure(model, mask_id, 4, rounds=1)
     assert all(cost.seconds(n, 50) > 0 for n in (1, 3, 40))
+    assert cost.short_slots == (2,)  # the block sizes below D measured too
+    for n in (1, 2, 4, 8):  # never cheaper with more slots
+        assert (
+            cost.seconds(n, 50) <= cost.seconds(n, 50, 2) <= cost.seconds(n, 50, 3) <= cost.seconds(n, 50, 4)
+        )
     assert cost.relative(1, 50) == pytest.approx(1.0)
     assert dataclasses.replace(cost) == StepCost.from_json(cost.to_json())
 

@@ -93,3 +93,16 @@ def test_auto_settings_come_from_the_saved_calibration(trained):
         assert raw and raw != predicted  # without the calibration: the raw confidence products
     finally:
         (lm.adapter / calibration.FILE).unlink()
+
+
+def test_adaptive_spec_shortens_blocks_only_as_far_as_the_adapter_was_trained(trained):
+    lm, _ = trained
+    config = DecodeConfig(method="spec", block_size=4, adaptive=False)
+    assert configure(lm, config)[0].min_block_size is None  # trained at D only: always full blocks
+    training = dict(lm.adapter_settings.training, min_block_size=3)
+    sampled = dataclasses.replace(
+        lm, adapter_settings=dataclasses.replace(lm.adapter_settings, training=training)
+    )
+    assert sampled.trained_min_block_size == 3
+    assert configure(sampled, config)[0].min_block_size == 3
+    assert configure(sampled, dataclasses.replace(config, min_block_size=4))[0].min_block_size == 4  # as set
