@@ -87,6 +87,9 @@ def test_method_specs_parse_and_reject_nonsense():
     ):
         with pytest.raises(PardecError):
             parse_methods(bad, DecodeConfig())
+    assert parse_methods("spec@min_block_size=2", DecodeConfig())[1].config.min_block_size == 2
+    with pytest.raises(PardecError, match="min block size"):
+        parse_methods("spec@min_block_size=1", DecodeConfig())
     own = parse_methods("spec@adapter=runs/a=b@6,spec@adapter=runs/c", DecodeConfig())
     assert [s.adapter for s in own] == [None, "runs/a=b", "runs/c"] and own[1].config.block_size == 6
 
