@@ -215,10 +215,9 @@ def plot_cost(cost: StepCost, path: Path) -> None:
                 marker="o",
                 label=label,
             )
-    short = cost.pending[: len(cost.short[0][0])] if cost.short else ()
     for slots in cost.short_slots:  # shorter blocks, at the first context
         c = cost.contexts[0]
-        ax.plot(short, [cost.relative(n, c, slots) for n in short], ":", marker=".",
+        ax.plot(cost.short_pending, [cost.relative(n, c, slots) for n in cost.short_pending], ":", marker=".",
                 label=f"context {c}, + {slots} block slots")  # fmt: skip
     ax.set_xlabel("pending tokens fed")
     ax.set_ylabel("step time / AR step time")

@@ -54,7 +54,7 @@ def run(args) -> None:
         print(f"| {n} | {cells} |")
     for slots in cost.short_slots:  # shorter blocks, which adaptive spec may feed (--min-block-size)
         cells = ", ".join(f"{n} pending {cost.relative(n, cost.contexts[0], slots):.2f}"
-                          for n in cost.pending[: step_cost.SHORT_PENDING])  # fmt: skip
+                          for n in cost.short_pending)  # fmt: skip
         print(f"+ {slots} slots, x AR at ctx {cost.contexts[0]}: {cells}")
     if shapes := crossovers(lm.model):
         print(

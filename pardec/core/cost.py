@@ -74,7 +74,12 @@ class StepCost:
         t1, t0 = self._curve(rows1, pending, context), self._curve(rows0, pending, context)
         return max(t0 + (t1 - t0) * (slots - s0) / (s1 - s0), 1e-6)
 
-    def relative(self, pending: int, context: int, block: bool = False) -> float:
+    @property
+    def short_pending(self) -> tuple[int, ...]:
+        """The pending counts the short blocks were measured at."""
+        return self.pending[: len(self.short[0][0])] if self.short else ()
+
+    def relative(self, pending: int, context: int, block: bool | int = False) -> float:
         """seconds(...) / the seconds of an AR step (1 pending token, no block) at the same context."""
         return self.seconds(pending, context, block) / self.seconds(1, context)
 

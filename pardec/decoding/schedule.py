@@ -95,9 +95,11 @@ def choose_slots(reach: list[float], min_slots: int, context: int, cost: StepCos
     D = cost.block_size
     ratio = reach[-1] ** (1.0 / len(reach))  # mean ratio of one draft's reach to the one before
     q = [reach[i] if i < len(reach) else reach[-1] * ratio ** (i + 1 - len(reach)) for i in range(D - 1)]
-    best, best_rate = D, -1.0
-    for m in range(min(min_slots, D), D + 1):
-        rate = (1.0 + sum(q[: m - 1])) / step_seconds(cost, m, context, m, others)
+    lo = max(2, min(min_slots, D))  # a block of one slot gives the next step no draft
+    best, best_rate, expected = D, -1.0, 1.0 + sum(q[: lo - 2])  # tokens committed with m - 1 drafts
+    for m in range(lo, D + 1):
+        expected += q[m - 2]
+        rate = expected / step_seconds(cost, m, context, m, others)
         if rate > best_rate:
             best, best_rate = m, rate
     return best
