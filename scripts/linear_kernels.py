@@ -1,5 +1,5 @@
 """What one linear layer costs by tokens fed, for each way PyTorch's CPU kernels can hold its weights:
-bf16 (dense), int8 weight-only (`_weight_int8pack_mm`), int4 weight-only in groups of 32
+bf16 and fp32 (dense), int8 weight-only (`_weight_int8pack_mm`), int4 weight-only in groups of 32
 (`_weight_int4pack_mm_for_cpu`), and int8 weights with int8 activations quantized per token
 (`torch._int_mm`, the quantization included). Many distinct weights are cycled through so that they
 are read from memory, as in a forward, not from cache. Prints milliseconds per linear, and each as a
@@ -38,11 +38,12 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_grad_enabled(False)
     N, K, L = args.out, args.inp, args.layers
     g = torch.Generator().manual_seed(0)
-    dense, int8, int4 = [], [], []  # pardec's own quantized linears: the kernels decoding runs
+    dense, dense32, int8, int4 = [], [], [], []  # pardec's own quantized linears: the kernels decoding runs
     for _ in range(L):
         linear = nn.Linear(K, N, bias=False).bfloat16()
         nn.init.normal_(linear.weight, generator=g)
         dense.append(linear.weight)
+        dense32.append(linear.weight.float())
         int8.append(Int8Linear(linear))
         int4.append(Int4Linear.from_linear(linear))
 
@@ -53,6 +54,7 @@ def main(argv: list[str] | None = None) -> None:
 
     kinds = {
         "bf16": lambda x: [x @ w.T for w in dense],
+        "fp32": lambda x: [x.float() @ w.T for w in dense32],
         "int8 (weights)": lambda x: [q.kernel(x) for q in int8],
         "int4 (weights)": lambda x: [q.kernel(x) for q in int4],
         "int8 x int8 (_int_mm)": lambda x: [w8a8(x, q.weight_int8, q.scale.float()) for q in int8],

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import time
 import weakref
 from bisect import bisect_left
@@ -28,6 +29,7 @@ PENDING = (1, 2, 4, 8, 16, 32)  # pending tokens measured, with no block and wit
 CONTEXTS = (128, 512)  # committed tokens in the cache
 SHORT_SLOTS = (2, 4)  # shorter blocks measured too (where below the block size), at few pending tokens
 SHORT_PENDING = 4  # the first this many of PENDING: a short block follows few drafts
+BUDGET_S = 30.0  # seconds a measurement may take beyond its first two rounds
 
 
 def _interp(xs: tuple[int, ...], ys: tuple[float, ...], x: float) -> float:
@@ -96,11 +98,13 @@ class StepCost:
 
 @torch.no_grad()
 def measure(model, mask_id: int, block_size: int, pending: tuple[int, ...] = PENDING,
-            contexts: tuple[int, ...] = CONTEXTS, rounds: int = 4,
+            contexts: tuple[int, ...] = CONTEXTS, rounds: int = 5, budget_s: float = BUDGET_S,
             key: dict | None = None) -> StepCost:  # fmt: skip
-    """Time every shape `rounds` times, interleaved, after one warm-up round. Each shape keeps its
-    fastest time (other work on the machine only ever adds time), and each curve is made
-    non-decreasing in tokens fed, with a block never cheaper than a shorter one or none."""
+    """Time every shape in interleaved rounds: at each context two rounds, then up to `rounds` in
+    all while that context's share of `budget_s` lasts, so that a slow machine measures fewer rounds
+    rather than for minutes. Each shape keeps its fastest time: other work on the machine, and a
+    first call's warm-up, only ever add time, and two rounds let a burst of either pass. Each curve
+    is made non-decreasing in tokens fed, with a block never cheaper than a shorter one or none."""
     limit = getattr(model.config, "max_position_embeddings", None) or 1 << 30
     room = max(pending) + block_size + 1
     contexts = tuple(c for c in contexts if c + room < limit) or (max(1, (limit - room) // 2),)
@@ -117,7 +121,10 @@ def measure(model, mask_id: int, block_size: int, pending: tuple[int, ...] = PEN
             model, cache, [torch.randint(0, vocab, (c,), generator=g).tolist()], None, 1, mask_id
         )
         cache.commit(out.fed_pos, torch.ones_like(out.pending_valid), 0)
-        for r in range(rounds + 1):
+        start = time.perf_counter()
+        for r in range(max(rounds, 2)):
+            if r >= 2 and time.perf_counter() - start > budget_s / len(contexts):
+                break
             for n, slots in shapes:
                 ids = torch.randint(0, vocab, (n,), generator=g).tolist()
                 blocks = [[Block(0, [mask_id] * slots)]] if slots else None
@@ -126,8 +133,7 @@ def measure(model, mask_id: int, block_size: int, pending: tuple[int, ...] = PEN
                 dt = time.perf_counter() - t0
                 # Nothing is kept: the cache returns to the same committed text for the next shape.
                 cache.commit(out.fed_pos, torch.zeros_like(out.pending_valid), out.block_logits.shape[1])
-                if r:  # round 0 warms up
-                    times[(c, n, slots)].append(dt)
+                times[(c, n, slots)].append(dt)
     best = {k: min(v) for k, v in times.items()}
 
     def curve(c: int, slots: int, floor: tuple[float, ...], n: int) -> tuple[float, ...]:
@@ -168,6 +174,7 @@ def load_or_measure(model, mask_id: int, block_size: int, key: dict, root: Path,
             return StepCost.from_json(json.loads(path.read_text()))
         except (json.JSONDecodeError, KeyError, TypeError):
             pass  # a corrupt cache entry is measured again
+    print("pardec: measuring what a step costs on this machine (once, cached)", file=sys.stderr)
     cost = measure(model, mask_id, block_size, key=key)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
