@@ -42,6 +42,15 @@ class Output:
         }
 
 
+def settle(lm: LoadedModel, config: DecodeConfig, sets_block_size: bool = False) -> DecodeConfig:
+    """The block sizes `configure` decodes with (before it loads or measures anything)."""
+    if not sets_block_size and lm.trained_block_size is not None:
+        config = dataclasses.replace(config, block_size=lm.trained_block_size)
+    if config.min_block_size is None and lm.trained_min_block_size is not None:
+        config = dataclasses.replace(config, min_block_size=max(2, lm.trained_min_block_size))
+    return config
+
+
 def configure(
     lm: LoadedModel,
     config: DecodeConfig,
@@ -54,10 +63,7 @@ def configure(
     block predictions beyond that are untrained), or the one its method's own model was (a drafter);
     and, unless set, let adaptive spec shorten blocks as far as the adapter was trained to.
     `options`: method options, e.g. {"drafter": "auto"}."""
-    if not sets_block_size and lm.trained_block_size is not None:
-        config = dataclasses.replace(config, block_size=lm.trained_block_size)
-    if config.min_block_size is None and lm.trained_min_block_size is not None:
-        config = dataclasses.replace(config, min_block_size=max(2, lm.trained_min_block_size))
+    config = settle(lm, config, sets_block_size)
     method = METHODS[config.method]
     if method.prepare is None:
         return config, {}

@@ -115,10 +115,14 @@ def run_bench(
             bar.set_postfix_str(f"{label} TPF {tpf:.2f}")
             bar.update()
     bar.close()
+    nlls: dict[tuple[tuple[int, ...], tuple[int, ...]], float] = {}  # lossless methods repeat ar's text
     for runs in per.values():
         for rec, item, ids in zip(runs, items, prompts):
             rec.score = tasks.score(item, rec.text)
-            rec.nll = mean_nll(nll_model, ids, rec.tokens)
+            key = (tuple(ids), tuple(rec.tokens))
+            if key not in nlls:
+                nlls[key] = mean_nll(nll_model, ids, rec.tokens)
+            rec.nll = nlls[key]
     specs = [r.spec for r in runners]
     names = list(dict.fromkeys(it.task for it in items))
     by_task = {t: summarize(per, specs, t) for t in names} if len(names) > 1 else {}

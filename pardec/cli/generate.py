@@ -29,8 +29,9 @@ def add_arguments(g) -> None:
 
 
 def run(args) -> None:
-    from ..api import configure, generate
+    from ..api import configure, generate, settle
     from ..datafiles import read_jsonl
+    from ..decoding.engine import check_prompt, context_limit
     from ..model import load_model
 
     config = common.decode_config(args)
@@ -44,10 +45,12 @@ def run(args) -> None:
         if not p.strip():
             raise PardecError("empty prompt")
     lm = load_model(args.model, common.dtype(args), args.adapter, args.quant)
-    config, extras = configure(lm, config, args.block_size is not None, {"drafter": args.drafter})
     chat = not args.no_chat
-    for p in prompts:  # fail before any output if one prompt is unusable
-        lm.encode(p, chat)
+    # Fail before any output, and before measuring a step's cost, if one prompt is unusable.
+    settled, limit = settle(lm, config, args.block_size is not None), context_limit(lm.model)
+    for i, p in enumerate(prompts):
+        check_prompt(lm.encode(p, chat), settled, limit, i)  # the rule decoding applies
+    config, extras = configure(lm, config, args.block_size is not None, {"drafter": args.drafter})
     if args.json:
         for i in range(0, len(prompts), args.batch_size):
             for out in generate(lm, prompts[i : i + args.batch_size], config, chat=chat, extras=extras):

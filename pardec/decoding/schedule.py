@@ -10,10 +10,11 @@ twice in a row, and the block steps' realized rate (a moving average of tokens c
 cost, over every block step: probes and steps without drafts are part of what blocks cost) is slower
 too, the row decodes plain AR steps for a while (1, 2, 4, ... up to `max_backoff` steps, doubling
 until block steps have paid again: drafts that only look good do not reset it), then
-probes with one block step to get fresh drafts, and judges the steps after it afresh. A probe is a
+probes with one block step to get fresh drafts, after which one poor verdict falls back again (two
+judged block steps after every probe would double what probing costs). A probe is a
 block step for one token, so the AR run before it is at least long enough that the probe's extra
 cost stays within PROBE_OVERHEAD of the run's time (on a flat curve 1 step; where a block step costs
-4 AR steps, 30). Where the back-off stands carries over to later requests (`Memory`). A step without
+4 AR steps, 60). Where the back-off stands carries over to later requests (`Memory`). A step without
 drafts (a probe, or after a rejection the block did not cover) is a block step that is not judged;
 a step with drafts feeds at least one, so that the calibration keeps seeing verified drafts.
 
@@ -44,7 +45,7 @@ from ..core.cost import StepCost
 
 PRIOR = 2.0  # pseudo-drafts of the calibration's prior (predicted = observed)
 EMA = 0.3  # weight of the latest block step in the realized rate
-PROBE_OVERHEAD = 0.1  # most share of an AR run's time its closing probe's extra cost may add
+PROBE_OVERHEAD = 0.05  # most share of an AR run's time its closing probe's extra cost may add
 
 
 @dataclass
@@ -143,7 +144,9 @@ def plan_step(plan: Plan, reach: torch.Tensor | None, n_drafts: int, context: in
         # that probes add at most PROBE_OVERHEAD to the time it takes.
         probe = step_seconds(cost, 1, context, True, others) * ar_rate - 1  # in AR steps
         run = max(plan.backoff, math.ceil(probe / PROBE_OVERHEAD))
-        plan.low, plan.block, plan.fed = 0, False, 0
+        # After the probe one poor verdict is enough to fall back again: a judged block step costs
+        # what a probe does, and two of them each cycle would double what probing adds.
+        plan.low, plan.block, plan.fed = 1, False, 0
         plan.ar_left = run - 1
         plan.backoff = min(2 * run, max(max_backoff, run))
         plan.tokens = plan.seconds = None  # after the probe, fresh evidence decides

@@ -58,7 +58,10 @@ class Speculative(Verifier):
     def new_state(self):
         if self.cost is None:
             return Drafts()
-        return ScheduledDrafts(plan=schedule.Plan(backoff=self.memory.backoff))
+        # A request after one whose blocks failed starts as a row after a probe: one poor verdict
+        # falls back.
+        backoff = self.memory.backoff
+        return ScheduledDrafts(plan=schedule.Plan(backoff=backoff, low=1 if backoff > 1 else 0))
 
     def wants_reach(self):
         return self.cost is not None or (self.cfg.block_at is None and self.cfg.block_reach > 0)

@@ -13,7 +13,9 @@ On a CPU a one-token forward reads every weight once, so fewer bytes per weight 
 of many tokens these kernels are slower than a bf16 matmul, so above `max_kernel_tokens` tokens the
 same quantized weights run as a dense matmul of their dequantized values. Where that crossover lies
 depends on the machine and the layer's shape, so `quantize` times both paths on the model's own
-layers, shape by shape, and keeps the kernel up to the most tokens where it is not slower (`tune`).
+layers, shape by shape, and keeps the kernel up to the most tokens where it is not slower (`tune`);
+a shape whose kernel is not slower at any timed count (where bf16 matmuls are emulated, as on a CPU
+with AVX2 only) runs the kernel for every forward and keeps no dense copy.
 Both paths compute the same function (the quantized model), so `spec` stays lossless with respect
 to it. LoRA adapters wrap the quantized base (their update runs as before, on the block slots only
 for gated ones).
@@ -279,6 +281,10 @@ def tune(
     for shape, layers in shapes.items():
         for m in layers:
             m.max_kernel_tokens = chosen[shape]
+            if chosen[shape] >= max(tokens):
+                # Never slower where timed (a CPU without a bf16 ISA, whose bf16 matmuls are
+                # emulated): the kernel for every forward, prefill too, and the copy is dropped.
+                m.dense = None
     return chosen
 
 

@@ -102,9 +102,25 @@ def test_tuning_sets_one_crossover_per_shape_from_the_timed_counts():
     layers = [m for m in model.modules() if isinstance(m, Int4Linear)]
     chosen = crossovers(model)
     assert len(chosen) == len({(m.out_features, m.in_features) for m in layers})
-    assert all(t in (0, *TUNE_TOKENS) for t in chosen.values())
+    # None: the kernel was never slower, so it runs every forward with no dense copy kept
+    assert all(t in (None, 0, *TUNE_TOKENS[:-1]) for t in chosen.values())
     for m in layers:  # every layer of a shape got its shape's choice
-        assert m.max_kernel_tokens == chosen[f"int4 [{m.out_features} x {m.in_features}]"]
+        want = chosen[f"int4 [{m.out_features} x {m.in_features}]"]
+        assert (m.dense is None) == (want is None)
+        assert want is None or m.max_kernel_tokens == want
+
+
+def test_a_kernel_never_slower_runs_every_forward_and_keeps_no_dense_copy(monkeypatch):
+    import pardec.model.quant as quant
+
+    timed = iter(range(10**6))  # every call of _seconds: kernel, dense, kernel, dense, ...
+    monkeypatch.setattr(quant, "_seconds", lambda f, x, layers: 1.0 if next(timed) % 2 else 0.5)
+    model, _ = tiny_model("qwen2")
+    quantize(model, "int8")
+    assert weight_bytes(model)["dense"] == 0 and set(crossovers(model).values()) == {None}
+    ids = torch.randint(0, 40, (1, 40))  # a prefill longer than any timed count: the kernel still
+    with torch.no_grad():
+        assert torch.isfinite(model(ids).logits).all()
 
 
 def test_a_cached_choice_is_read_back_for_the_same_shapes_and_timed_again_otherwise(tmp_path):
@@ -122,7 +138,7 @@ def test_a_cached_choice_is_read_back_for_the_same_shapes_and_timed_again_otherw
     path.write_text("{")  # unreadable: timed again and rewritten
     third, _ = tiny_model("qwen2")
     quantize(third, "int4", tune_cache=tmp_path)
-    assert all(t in (0, *TUNE_TOKENS) for t in crossovers(third).values())
+    assert all(t in (None, 0, *TUNE_TOKENS[:-1]) for t in crossovers(third).values())
     assert json.loads(path.read_text())["crossovers"]
     other, _ = tiny_model("llama")  # the same shapes in int8: another entry
     quantize(other, "int8", tune_cache=tmp_path)
