@@ -274,10 +274,10 @@ def test_a_slow_machine_measures_fewer_rounds_not_for_longer(tiny, monkeypatch):
     shapes = 2 * len(cost_module.PENDING) + cost_module.SHORT_PENDING  # plain, D = 4, 2 slots
     contexts = (16, 64)
     measure(model, mask_id, 4, contexts=contexts, rounds=4, budget_s=1e9)
-    assert len(calls) == 2 + shapes * 4 * 2  # a prefill per context, then the rounds
+    assert len(calls) == 3 + shapes * 4 * 2  # a prefill per context, a warm-up, then the rounds
     calls.clear()
     cost = measure(model, mask_id, 4, contexts=contexts, rounds=4, budget_s=0.0)
-    assert len(calls) == 2 + shapes * 2 * 2
+    assert len(calls) == 3 + shapes * 2 * 2
     assert cost.contexts == contexts
     assert all(cost.seconds(n, 50, 4) >= cost.seconds(n, 50) > 0 for n in (1, 8))
 
