@@ -31,8 +31,8 @@ def add_quant_arg(p: argparse.ArgumentParser) -> None:
         "what a one-token forward reads, int4 (groups of 32) quarters it, gguf takes the GGUF's own "
         "4-bit blocks as shipped (and int8 for its other formats). Forwards of more tokens than "
         "the kernel is fast for (timed per layer shape at load) run dense copies of the same "
-        "weights; with -lowmem (int8-lowmem, int4-lowmem, gguf-lowmem) none are kept: the least "
-        "memory, slower prefill and block steps. Default none",
+        "weights (none where the kernel never loses); with -lowmem (int8-lowmem, int4-lowmem, "
+        "gguf-lowmem) none are kept: the least memory, slower prefill and block steps. Default none",
     )
 
 
