@@ -1,8 +1,10 @@
-"""Speedup over `ar` per category of a bench run's samples, where item ids carry the category as their
-last `/` field (e.g. the MT-bench selection in benchmarks/adaptive-epyc/): tokens/s of each method over
-that category's prompts (total tokens / total seconds), divided by ar's over the same prompts.
+"""Speedup over `ar` per category of a bench run's samples: tokens/s of each method over that
+category's prompts (total tokens / total seconds), divided by ar's over the same prompts. The category
+is the question's own for the builtin `mtbench` task (mtbench/81 -> writing), else the item id's last
+`/` field (e.g. the MT-bench selection in benchmarks/adaptive-epyc/).
 
     python scripts/per_category.py benchmarks/adaptive-epyc/mtbench16-gsm8k10 --task jsonl
+    python scripts/per_category.py benchmarks/amx-xeon/mtbench80
 """
 
 from __future__ import annotations
@@ -13,6 +15,16 @@ from collections import defaultdict
 from pathlib import Path
 
 
+def mtbench_categories() -> dict[str, str]:
+    from pardec.tasks import mtbench
+
+    return {f"mtbench/{r['question_id']}": r["category"] for r in mtbench.rows()}
+
+
+def category(item_id: str, known: dict[str, str]) -> str:
+    return known.get(item_id) or item_id.rsplit("/", 1)[-1]
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run", help="a bench output folder (with samples.jsonl)")
@@ -20,14 +32,15 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     rows = [json.loads(line) for line in (Path(args.run) / "samples.jsonl").read_text().splitlines()]
     rows = [r for r in rows if args.task is None or r["task"] == args.task]
+    known = mtbench_categories() if any(r["task"] == "mtbench" for r in rows) else {}
     tokens, seconds, forwards = defaultdict(int), defaultdict(float), defaultdict(int)
     for r in rows:
-        key = (r["method"], r["id"].rsplit("/", 1)[-1])
+        key = (r["method"], category(r["id"], known))
         tokens[key] += len(r["tokens"])
         seconds[key] += r["seconds"]
         forwards[key] += r["forwards"]
     methods = list(dict.fromkeys(r["method"] for r in rows))
-    cats = list(dict.fromkeys(r["id"].rsplit("/", 1)[-1] for r in rows))
+    cats = list(dict.fromkeys(category(r["id"], known) for r in rows))
     print("| category | " + " | ".join(f"{m} TPF | {m} speedup" for m in methods if m != "ar") + " |")
     print("|---|" + "---|---|" * (len(methods) - 1))
     for c in cats:
