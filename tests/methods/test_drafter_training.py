@@ -174,9 +174,14 @@ def test_one_checkpoint_format_reads_version_1_folders_and_refuses_the_wrong_kin
     shutil.copyfile(checkpoint.weights_file(tmp_path / "ck", "drafter"), old / "drafter.safetensors")
     loaded = dcheckpoint.load(old, model, "tiny", mask_id)
     assert torch.equal(loaded.fc.weight, drafter.fc.weight.to(loaded.fc.weight.dtype))
-    # The bundled adapter is a version 1 adapter (pardec.json without a format): still an adapter.
-    bundled = checkpoint.read_header(checkpoint.BUNDLED / "qwen2.5-coder-0.5b")
-    assert bundled["format"] == 1 and bundled["kind"] == "adapter"
+    # A version 1 adapter (pardec.json without a format or kind, as the bundled one was): still an adapter.
+    v1_adapter = tmp_path / "v1-adapter"
+    v1_adapter.mkdir()
+    settings = json.loads((checkpoint.BUNDLED / "qwen2.5-coder-0.5b" / "pardec.json").read_text())
+    settings = {k: v for k, v in settings.items() if k not in ("format", "kind")}
+    (v1_adapter / "pardec.json").write_text(json.dumps(settings))
+    v1_header = checkpoint.read_header(v1_adapter)
+    assert v1_header["format"] == 1 and v1_header["kind"] == "adapter"
     with pytest.raises(PardecError, match="checkpoint of kind adapter is needed"):
         checkpoint.read_settings(tmp_path / "ck")  # a drafter given as --adapter
     with pytest.raises(PardecError, match="checkpoint of kind drafter is needed"):
