@@ -58,10 +58,14 @@ def accept_with_branches(
     temperature: float,
     top_p: float,
     generator: torch.Generator | None,
+    # Sampling: [len(branch) - 1, V] each, the proposals a branch's tokens after its first were drawn
+    # from; None: the chain's after the fork (a branch that carries on with the chain's drafts)
+    branch_probs: list[torch.Tensor] | None = None,
 ) -> tuple[int, list[int], int]:
     """Verify a tree: the chain of drafts, and branches that replace drafts[fork] by an alternative
-    and continue with the drafts after it. Returns (chain drafts accepted, tokens to commit, the branch
-    taken or -1). A branch is tried only where the chain's draft at the fork is rejected.
+    and continue with drafts of their own (the chain's after the fork, or another source's). Returns
+    (chain drafts accepted, tokens to commit, the branch taken or -1). A branch is tried only where
+    the chain's draft at the fork is rejected.
 
     Greedy: the branch whose alternative is the target's token at the fork, verified like a chain.
     Sampling: after the chain's draft is rejected, the token must follow the residual r; each
@@ -93,7 +97,8 @@ def accept_with_branches(
             for k, branch in enumerate(branches):
                 a = branch[0]
                 if torch.rand((), generator=generator).item() < residual[a].item():
-                    rest = draft_probs[fork + 1 : fork + len(branch)]
+                    own = branch_probs is not None
+                    rest = branch_probs[k] if own else draft_probs[fork + 1 : fork + len(branch)]
                     tail, tail_bonus = accept_drafts(branch[1:], rest, branch_logits[k], temperature, top_p,
                                                      generator)  # fmt: skip
                     return fork, drafts[:fork] + branch[: 1 + tail] + [tail_bonus], k

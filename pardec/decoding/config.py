@@ -34,6 +34,10 @@ class DecodeConfig:
     # with up to `tree_depth` drafts (0: a chain); with `adaptive`, fed only where they pay
     tree: int = 0
     tree_depth: int = 3
+    # spec: most drafts looked up in the text itself (prompt lookup, lookup.py) per step; they replace
+    # the block's drafts where more of them are expected to be accepted, and the other candidate is
+    # fed as a branch where it pays (0: block drafts only)
+    lookup: int = 16
     temperature: float = 0.0  # 0 = greedy
     top_p: float = 1.0
     seed: int | None = None
@@ -62,6 +66,8 @@ class DecodeConfig:
             raise PardecError(f"tree must be an integer in [0, 8], got {self.tree}")
         if not isinstance(self.tree_depth, int) or self.tree_depth < 0:
             raise PardecError(f"tree depth must be an integer >= 0, got {self.tree_depth}")
+        if not isinstance(self.lookup, int) or not 0 <= self.lookup <= 64:
+            raise PardecError(f"lookup must be an integer in [0, 64], got {self.lookup}")
         if not isinstance(self.adaptive, bool):
             raise PardecError(f"adaptive must be true or false, got {self.adaptive!r}")
         if self.min_block_size is not None and (
@@ -88,3 +94,9 @@ class DecodeConfig:
     def slots(self) -> int:
         """Block slots fed per forward (AR feeds none)."""
         return 0 if self.method == "ar" else self.block_size
+
+    @property
+    def room(self) -> int:
+        """Positions a step may use past the committed text: drafts, a block after them, and one more."""
+        drafts = max(self.slots, self.lookup if self.method == "spec" else 0)
+        return self.slots + drafts + 1

@@ -56,7 +56,7 @@ def check_prompt(prompt: list[int], config: DecodeConfig, limit: int | None, ind
     name = f"prompt {index}".strip()
     if not prompt:
         raise PardecError(f"{name} is empty")
-    if limit is not None and len(prompt) + max_new_tokens + 2 * config.slots + 2 > limit:
+    if limit is not None and len(prompt) + max_new_tokens + config.room + 1 > limit:
         more = f" and asks for {max_new_tokens} more" if max_new_tokens else ""
         raise PardecError(f"{name} has {len(prompt)} tokens{more}: more than the model's context of "
                           f"{limit} allows")  # fmt: skip
@@ -106,7 +106,7 @@ class Session:
         # Room for the block slots and drafts fed beyond the committed text must stay inside the context.
         budget = max_new_tokens or self.cfg.max_new_tokens
         if self.limit:
-            budget = min(budget, self.limit - len(prompt) - (2 * self.cfg.slots + 1))
+            budget = min(budget, self.limit - len(prompt) - self.cfg.room)
         self.rows.append(Row(index=index, committed=list(prompt), n_prompt=len(prompt), budget=budget,
                              state=self.policy.new_state()))  # fmt: skip
         self.cache.add_rows(1)

@@ -16,6 +16,12 @@ With `tree` > 0, the step also feeds a tree's branches: at the fed draft most wo
 draft there is rejected, a branch may continue (core/verify.py: still exactly the model's output).
 The block that drafts next must sit before the fork for a taken branch to keep its drafts.
 
+With `lookup` > 0, drafts are also looked up in the text itself (lookup.py: the tokens that followed
+an earlier occurrence of the last few committed tokens). The candidate with more tokens expected to
+be accepted (the block's by their calibrated reach, the lookup's by what lookups of that match
+length achieved so far) is the chain the block sits on; the other, from where the two part, is fed
+as a branch where its expected tokens pay for its place. Either way the target verifies every token.
+
 With `adaptive`, how many drafts each step feeds, and whether it is a plain AR step instead, follows
 the measured cost of a step on this machine and the drafts' calibrated acceptance (schedule.py; the
 adapter's `calibration.json` maps confidences to acceptance probabilities where it has one); with
@@ -26,10 +32,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
+
 from ..core import cost as step_cost
 from ..core.step import Block
 from ..core.verify import accept_with_branches
-from . import schedule
+from . import lookup, schedule
 from .policy import Method, register
 from .state import Row, Update
 from .verifier import Drafts, Verifier
@@ -39,8 +47,51 @@ PRIOR_TOKENS = 2.0  # tokens a row's block step is taken to commit before it has
 
 
 @dataclass
-class ScheduledDrafts(Drafts):
-    plan: schedule.Plan = field(default_factory=schedule.Plan)
+class SpecDrafts(Drafts):
+    plan: schedule.Plan = field(default_factory=schedule.Plan)  # with `adaptive`
+    look: list[int] = field(default_factory=list)  # drafts looked up for this step
+    match: int = 0  # the length of the match they were looked up by
+    from_lookup: bool = False  # the chain is the looked-up drafts (else the block's)
+    # The other candidate from where it parts from the chain: the fork (a chain draft's index), its
+    # tokens there on, the proposals of those after the first (sampling), its expected extra tokens
+    other_at: int = 0
+    other: list[int] | None = None
+    other_probs: torch.Tensor | None = None
+    other_gain: float = 0.0
+    other_fed: bool = False  # this step feeds it as its branch
+
+    def clear(self) -> None:
+        super().clear()
+        self.from_lookup, self.other, self.other_probs, self.other_fed = False, None, None, False
+
+
+def _after(reach: list[float], start: int, end: int) -> float:
+    """Expected drafts accepted among reach's [start, end) once every one before start was."""
+    if start >= min(end, len(reach)):
+        return 0.0
+    before = reach[start - 1] if start else 1.0
+    return sum(reach[start:end]) / max(before, 1e-9)
+
+
+def _branch_gain(chain: list[float], other: list[float], fork: int) -> float:
+    """Expected extra tokens from the other candidate's branch at `fork`: reached if the chain's
+    drafts before it are accepted, taken where the chain's draft there is rejected and the other's
+    accepted (its reach's conditional probabilities), then carrying on with its own drafts."""
+
+    def cond(reach, i):  # P(draft i accepted | the ones before it were)
+        return reach[i] / (reach[i - 1] if i else 1.0) if i < len(reach) else 0.0
+
+    before = chain[fork - 1] if fork else 1.0
+    carry = 1.0 + _after(other, fork + 1, len(other))
+    return before * (1.0 - cond(chain, fork)) * cond(other, fork) * carry
+
+
+def _one_hot(tokens: list[int], like: torch.Tensor) -> torch.Tensor:
+    """[n, V] point-mass proposals (V and device as like's last dim): a looked-up draft was not drawn
+    from any distribution."""
+    out = torch.zeros(len(tokens), like.shape[-1], device=like.device)
+    out[torch.arange(len(tokens)), torch.tensor(tokens, dtype=torch.long, device=like.device)] = 1.0
+    return out
 
 
 class Speculative(Verifier):
@@ -54,34 +105,59 @@ class Speculative(Verifier):
         self.batch_fed = 0  # tokens the last step fed over the whole batch (0: one row)
         self.batch_ar = False  # this step is a plain AR step for the whole batch
         self.width = config.block_size  # slots of each block this step feeds
+        self.lookup_stats = (extras or {}).get("lookup") or lookup.LookupStats()  # shared if given
+        # Every branch is fed at one width, so that rows of a batch feed blocks of one shape.
+        self.branch_width = 1 + config.tree_depth
+        if config.lookup:
+            self.branch_width = max(self.branch_width, config.block_size)
 
     def new_state(self):
         if self.cost is None:
-            return Drafts()
+            return SpecDrafts()
         # A request after one whose blocks failed starts as a row after a probe: one poor verdict
         # falls back.
         backoff = self.memory.backoff
-        return ScheduledDrafts(plan=schedule.Plan(backoff=backoff, low=1 if backoff > 1 else 0))
+        return SpecDrafts(plan=schedule.Plan(backoff=backoff, low=1 if backoff > 1 else 0))
 
     def wants_reach(self):
-        return self.cost is not None or (self.cfg.block_at is None and self.cfg.block_reach > 0)
+        return (
+            self.cost is not None
+            or self.cfg.lookup > 0
+            or (self.cfg.block_at is None and self.cfg.block_reach > 0)
+        )
 
-    def set_drafts(self, row, logits, ids=None, full=None):
-        super().set_drafts(row, logits, ids, full)
-        st: Drafts = row.state
-        # The predicted reach: the schedule plans with it, the bench holds it against acceptance.
-        st.predicted = st.reach
-        if self.calibration is not None and st.reach is not None:
-            st.predicted = self.calibration.reach(st.reach)
-        if self.cfg.tree and st.tokens:
-            # Each draft's next choices: the block's most likely tokens other than the draft itself.
-            probs = logits[: len(st.tokens)].float().softmax(-1)  # [m, V]
-            top = probs.topk(self.cfg.tree + 1, -1)
-            st.alts, st.alt_mass = [], []
-            for d, toks, ps in zip(st.tokens, top.indices.tolist(), top.values.tolist()):
-                alts = [(t, p) for t, p in zip(toks, ps) if t != d][: self.cfg.tree]
-                st.alts.append([t for t, _ in alts])
-                st.alt_mass.append(sum(p for _, p in alts))
+    def look_up(self, row) -> None:
+        """Look drafts up in the row's text, and make them the chain where more of them are expected
+        to be accepted than of the block's; the candidate not chosen is kept, from where the two
+        part, as the step's possible branch."""
+        st: SpecDrafts = row.state
+        st.other, st.other_probs, st.other_fed, st.from_lookup = None, None, False, False
+        st.look, st.match = lookup.propose(row.committed, self.cfg.lookup)
+        if not st.look:
+            return
+        look_reach = self.lookup_stats.reach(st.match, len(st.look))
+        if self.cfg.draft_cutoff > 0:  # the cutoff holds for looked-up drafts as for the block's
+            keep = sum(r >= self.cfg.draft_cutoff for r in look_reach)
+            st.look, look_reach = st.look[:keep], look_reach[:keep]
+            if not st.look:
+                return
+        scale = st.plan.scale if self.cost is not None else 1.0
+        block_reach = [] if st.predicted is None else [min(1.0, x * scale) for x in st.predicted.tolist()]
+        block = list(st.tokens)
+        c = 0
+        while c < min(len(block), len(st.look)) and block[c] == st.look[c]:
+            c += 1
+        st.other_at = c
+        if sum(look_reach) > sum(block_reach):
+            if c < len(block) and c < len(st.look):
+                st.other, st.other_probs = block[c:], None if st.probs is None else st.probs[c + 1 :]
+                st.other_gain = _branch_gain(look_reach, block_reach, c)
+            st.tokens, st.probs, st.alts, st.alt_mass = list(st.look), None, None, None
+            st.reach = st.predicted = torch.tensor(look_reach)
+            st.from_lookup = True
+        elif c < len(st.look) and c < len(block):
+            st.other = st.look[c:]
+            st.other_gain = _branch_gain(block_reach, look_reach, c)
 
     def after_step(self, rows, out, keep, alive):
         # Tokens the whole batch fed: what a row's choice shares the next step with.
@@ -98,6 +174,9 @@ class Speculative(Verifier):
         if the tokens they are expected to commit (each row's recent tokens per block step) come
         faster than plain AR steps for every row would."""
         self.batch_ar, self.width = False, self.cfg.block_size
+        if self.cfg.lookup:
+            for row in rows:
+                self.look_up(row)
         if self.cost is None:
             return
         if len(rows) >= 2:
@@ -108,7 +187,7 @@ class Speculative(Verifier):
             block_rate = expected / self.cost.seconds(fed, context, block=True)
             self.batch_ar = block_rate < len(rows) / self.cost.seconds(len(rows), context)
         for row in rows:
-            st: ScheduledDrafts = row.state
+            st: SpecDrafts = row.state
             if self.batch_ar:  # the batch decodes a plain AR step
                 st.plan.block, st.plan.fed = False, 0
                 continue
@@ -128,24 +207,32 @@ class Speculative(Verifier):
         self.width = max(widths, default=self.cfg.block_size)
 
     def drafts(self, row):
-        st: Drafts = row.state
+        st: SpecDrafts = row.state
         if self.cost is not None:
             st.keep(st.plan.fed)  # the rest are unlikely enough not to pay for their place
         st.fork = self.plan_fork(row)
         return super().drafts(row)
 
-    @property
-    def branch_tokens(self) -> int:
-        """Tokens a step's branches feed: `tree` branches of an alternative and `tree_depth` drafts."""
-        return self.cfg.tree * (1 + self.cfg.tree_depth)
+    def branch_tokens(self, row) -> int:
+        """Tokens a row's branches feed this step: the other candidate's one branch, or `tree`
+        branches of an alternative and the drafts after it, each `branch_width` wide."""
+        return self.branch_width * (1 if row.state.other_fed else self.cfg.tree)
 
     def plan_fork(self, row) -> int | None:
-        """The fed draft the branches replace, or None for no branches: the one with the most expected
-        tokens from its alternatives (reach before it times their probability, times one plus the
-        drafts they carry on with); with `adaptive`, only where those tokens pay for the branch tokens."""
-        st: Drafts = row.state
+        """The fed draft the branches replace, or None for no branches. The other candidate (lookup or
+        block) where it parts from the fed chain, if it pays; else, with `tree`, the draft with the most
+        expected tokens from its alternatives (reach before it times their probability, times one plus
+        the drafts they carry on with); with `adaptive`, only where those tokens pay for the branch
+        tokens."""
+        st: SpecDrafts = row.state
         m = len(st.tokens)
-        if not self.cfg.tree or not m or st.alts is None or (self.cost is not None and not st.plan.block):
+        if not m or (self.cost is not None and not st.plan.block):
+            return None
+        if st.other is not None and st.other_at < m:
+            if self.cost is None or self._pays(row, st.other_gain, self.branch_width):
+                st.other_fed = True
+                return st.other_at
+        if not self.cfg.tree or st.alts is None:
             return None
         reach = [1.0] * m if st.predicted is None else st.predicted[:m].tolist()
         depth = self.cfg.tree_depth
@@ -159,20 +246,27 @@ class Speculative(Verifier):
                 carry += chain
             gains.append(before * st.alt_mass[i] * (1.0 + carry))
         fork = max(range(m), key=gains.__getitem__)
-        if self.cost is not None:
-            expected = 1.0 + sum(reach)
-            context = len(row.committed)
-            seconds = lambda n: schedule.step_seconds(self.cost, n, context, self.width, st.plan.others)  # noqa: E731
-            without = expected / seconds(1 + m)
-            with_tree = (expected + gains[fork]) / seconds(1 + m + self.branch_tokens)
-            if with_tree <= without:
-                return None
+        if self.cost is not None and not self._pays(row, gains[fork], self.branch_width * self.cfg.tree):
+            return None
         return fork
 
+    def _pays(self, row, gain: float, tokens: int) -> bool:
+        """Whether `tokens` more fed, expected to commit `gain` more, raise the step's tokens per second."""
+        st: SpecDrafts = row.state
+        m = len(st.tokens)
+        reach = [1.0] * m if st.predicted is None else st.predicted[:m].tolist()
+        expected = 1.0 + sum(reach)
+        context = len(row.committed)
+        seconds = lambda n: schedule.step_seconds(self.cost, n, context, self.width, st.plan.others)  # noqa: E731
+        return (expected + gain) / seconds(1 + m + tokens) > expected / seconds(1 + m)
+
     def branches(self, row) -> list[list[int]]:
-        """The branches' tokens (without padding): each alternative, then the drafts after the fork."""
-        st: Drafts = row.state
+        """The branches' tokens (without padding): the other candidate's, or each alternative, then
+        the drafts after the fork."""
+        st: SpecDrafts = row.state
         f = st.fork
+        if st.other_fed:
+            return [st.other[: self.branch_width]]
         after = st.tokens[f + 1 : f + 1 + self.cfg.tree_depth]
         return [[a] + after for a in st.alts[f]]
 
@@ -191,43 +285,54 @@ class Speculative(Verifier):
         return ns + [first] * (self.cfg.draft_blocks - len(ns))
 
     def blocks(self, row):
-        st: Drafts = row.state
+        st: SpecDrafts = row.state
         if self.cost is not None and not st.plan.block:
             return None  # a plain AR step
         m = len(st.tokens)
         masks = [self.mask_id] * self.width
         out = [Block(m - n, masks) for n in self.block_lengths(row)]
         if st.fork is not None:  # branches start where the fork's draft sits, padded to one length
-            width = 1 + self.cfg.tree_depth
+            width = self.branch_width
             out += [Block(m - st.fork, b + [0] * (width - len(b)), causal=True) for b in self.branches(row)]
         return out
 
     def _verify_tree(self, row, ntp, block) -> tuple[int, list[int], int]:
         """(chain drafts accepted, tokens to commit, drafts the committed path accepted)."""
-        st: Drafts = row.state
+        st: SpecDrafts = row.state
         m = len(st.tokens)
+        sampling = self.cfg.temperature > 0
+        if sampling and st.from_lookup:
+            st.probs = _one_hot(st.tokens, ntp)
         if st.fork is None:
             n, commit = self.verify(row, ntp)
             return n, commit, n
         start = len(self.block_lengths(row)) * self.width
-        width = 1 + self.cfg.tree_depth
+        width = self.branch_width
         branches = self.branches(row)
         logits = [block[start + k * width : start + k * width + len(b)] for k, b in enumerate(branches)]
+        probs = None
+        if sampling and st.other_fed:  # the other candidate's own proposals after its first token
+            rest = branches[0][1:]
+            probs = [st.other_probs[: len(rest)] if st.from_lookup else _one_hot(rest, ntp)]
         n, commit, taken = accept_with_branches(
-            st.tokens, None if self.cfg.temperature == 0 else st.probs, ntp[-(m + 1) :], st.fork, branches,
-            logits, self.cfg.temperature, self.cfg.top_p, self.gen,
+            st.tokens, st.probs if sampling else None, ntp[-(m + 1) :], st.fork, branches,
+            logits, self.cfg.temperature, self.cfg.top_p, self.gen, probs,
         )  # fmt: skip
         return n, commit, len(commit) - 1
 
     def update(self, row, ntp, block):
-        st: Drafts = row.state
+        st: SpecDrafts = row.state
         predicted, fed, fork = st.predicted, len(st.tokens), st.fork
+        extra = 0 if fork is None else self.branch_tokens(row)
         n, commit, path = self._verify_tree(row, ntp, block)
+        if st.look:
+            self.lookup_stats.record(st.match, st.look, commit)
+        if st.from_lookup:  # the block's calibration and its reliability hold block drafts only
+            predicted = None
         shown = None if predicted is None or not fed else tuple(predicted[:fed].tolist())
         if self.cost is not None:
             plan = st.plan
             # The step's context: committed text before it (row.committed is not extended yet).
-            extra = 0 if fork is None else self.branch_tokens
             seconds = (
                 schedule.step_seconds(self.cost, 1 + fed + extra, len(row.committed), self.width, plan.others)
                 if plan.block
@@ -258,7 +363,7 @@ class Speculative(Verifier):
 def prepare(lm, config, sets_block_size: bool, options: dict):
     """The adapter's calibration, and with `adaptive` this machine's step cost for the model (measured
     once and cached) and the schedule's memory across the requests decoded with these extras."""
-    extras = {"calibration": lm.calibration}
+    extras = {"calibration": lm.calibration, "lookup": lookup.LookupStats()}
     if config.adaptive:
         extras["cost"] = step_cost.for_model(lm, config.block_size)
         extras["memory"] = schedule.Memory()

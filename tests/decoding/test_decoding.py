@@ -8,9 +8,8 @@ from tiny import tiny_model
 
 from pardec.decoding import METHODS, DecodeConfig, decode
 from pardec.decoding import engine as engine_mod
-from pardec.decoding.spec import Speculative
+from pardec.decoding.spec import SpecDrafts, Speculative
 from pardec.decoding.state import Row
-from pardec.decoding.verifier import Drafts
 
 PROMPTS = [[1, 2, 3, 4, 5], [7, 8, 9], [10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20]]
 N = 24
@@ -119,7 +118,8 @@ def test_spec_greedy_equals_ar_with_oracle_and_wrong_drafts(tiny, monkeypatch):
     ar = use_oracle(OracleSpec, model, mask_id, prompt, monkeypatch)
     forwards = {}
     for draft_blocks in (1, 2, 4):
-        settings = dict(block_size=4, draft_blocks=draft_blocks, block_at=None, block_reach=0.0)
+        # Block drafts only (lookup=0): what this oracle makes right or wrong
+        settings = dict(block_size=4, draft_blocks=draft_blocks, block_at=None, block_reach=0.0, lookup=0)
         spec = run(model, mask_id, [prompt], method="spec", max_new_tokens=40, **settings)[0]
         assert spec.tokens == ar.tokens
         steps = spec.accepted_per_step
@@ -129,8 +129,9 @@ def test_spec_greedy_equals_ar_with_oracle_and_wrong_drafts(tiny, monkeypatch):
     assert max(forwards[2], forwards[4]) < forwards[1] < ar.forwards
     for block_at in (0, 1):
         spec = run(
-            model, mask_id, [prompt], method="spec", block_size=4, block_at=block_at, max_new_tokens=40
-        )[0]
+            model, mask_id, [prompt], method="spec", block_size=4, block_at=block_at, max_new_tokens=40,
+            lookup=0,
+        )[0]  # fmt: skip
         assert spec.tokens == ar.tokens
         assert spec.forwards <= forwards[1]
 
@@ -156,11 +157,13 @@ def test_spec_takes_next_drafts_from_the_block_started_at_or_before_the_accepted
 ):
     V, mask_id = 32, 31
     policy = Speculative(
-        DecodeConfig(method="spec", block_size=4, block_at=block_at, block_reach=0.0, adaptive=False),
+        DecodeConfig(
+            method="spec", block_size=4, block_at=block_at, block_reach=0.0, adaptive=False, lookup=0
+        ),  # fmt: skip
         mask_id,
         None,
     )
-    row = Row(index=0, committed=[5], n_prompt=1, budget=100, state=Drafts([1, 2, 3]))
+    row = Row(index=0, committed=[5], n_prompt=1, budget=100, state=SpecDrafts([1, 2, 3]))
     [(back, _, _)] = policy.blocks(row)
     assert back == 3 - (3 if block_at is None else block_at)
     target = [1, 2, 3, 9][:accepted] + [7]  # the target's tokens after 5, 1, 2, 3: reject at `accepted`
@@ -183,7 +186,7 @@ def test_draft_cutoff_keeps_the_prefix_whose_confidence_product_reaches_it(cutof
     policy = Speculative(
         DecodeConfig(method="spec", block_size=5, draft_cutoff=cutoff, adaptive=False), 15, None
     )
-    row = Row(index=0, committed=[5], n_prompt=1, budget=100, state=Drafts())
+    row = Row(index=0, committed=[5], n_prompt=1, budget=100, state=SpecDrafts())
     policy.set_drafts(
         row, logits_with_confidence([3, 4, 5, 6], [0.9, 0.8, 0.5, 0.9])
     )  # products .9 .72 .36 .32
@@ -202,11 +205,13 @@ def test_draft_cutoff_keeps_the_prefix_whose_confidence_product_reaches_it(cutof
 def test_block_reach_feeds_the_block_after_the_likely_accepted_drafts(draft_blocks, accepted, drafts):
     V, mask_id = 48, 47
     policy = Speculative(
-        DecodeConfig(method="spec", block_size=5, block_reach=0.5, draft_blocks=draft_blocks, adaptive=False),
+        DecodeConfig(
+            method="spec", block_size=5, block_reach=0.5, draft_blocks=draft_blocks, adaptive=False, lookup=0
+        ),
         mask_id,
         None,
     )
-    row = Row(index=0, committed=[5], n_prompt=1, budget=100, state=Drafts())
+    row = Row(index=0, committed=[5], n_prompt=1, budget=100, state=SpecDrafts())
     policy.set_drafts(row, logits_with_confidence([1, 2, 3, 4], [0.9, 0.8, 0.5, 0.9], V))  # .9 .72 .36 .32
     assert row.state.tokens == [1, 2, 3, 4]  # block_reach only places the block; every draft is fed
     assert [b.back for b in policy.blocks(row)] == [2, 4][:draft_blocks]

@@ -101,11 +101,10 @@ def test_tree_spec_greedy_equals_ar_and_branches_commit_more(tiny, monkeypatch, 
     ar = run(model, mask_id, PROMPTS[:1], method="ar", max_new_tokens=40)[0]
     TreeOracle.truth = ar.tokens + [0] * 16
     use_policy(TreeOracle, monkeypatch)
-    chain = run(model, mask_id, PROMPTS[:1], method="spec", block_size=5, max_new_tokens=40, block_reach=0.0)[
-        0
-    ]
-    got = run(model, mask_id, PROMPTS[:1], method="spec", block_size=5, max_new_tokens=40, block_reach=0.0,
-              tree=tree, tree_depth=depth)[0]  # fmt: skip
+    # The oracle's drafts only (lookup=0)
+    settings = dict(method="spec", block_size=5, max_new_tokens=40, block_reach=0.0, lookup=0)
+    chain = run(model, mask_id, PROMPTS[:1], **settings)[0]
+    got = run(model, mask_id, PROMPTS[:1], tree=tree, tree_depth=depth, **settings)[0]
     assert chain.tokens == ar.tokens and got.tokens == ar.tokens
     assert got.forwards < chain.forwards  # branches recovered tokens the chain lost at its wrong drafts
 
