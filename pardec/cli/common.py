@@ -176,6 +176,11 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
                         "--adaptive fed only where they pay on this machine); lossless")
     p.add_argument("--tree-depth", type=int, default=d.tree_depth,
                    help=f"spec: drafts each branch carries on with (default {d.tree_depth})")
+    p.add_argument("--lookup", type=int, default=d.lookup,
+                   help="spec: most drafts looked up per step in the prompt and the text so far (the "
+                        "tokens that followed an earlier occurrence of the last few); they replace the "
+                        "block's drafts where more are expected to be accepted, the other candidate fed as "
+                        f"a branch where it pays; lossless (default {d.lookup}; 0: block drafts only)")
     p.add_argument("--gamma", type=auto_or_float, default=d.gamma,
                    help="eb: entropy budget in nats per forward, or 'auto': the one `pardec calibrate` "
                         f"chose for the adapter (default {d.gamma})")
@@ -205,6 +210,7 @@ def decode_config(args):
         min_block_size=args.min_block_size,
         tree=args.tree,
         tree_depth=args.tree_depth,
+        lookup=args.lookup,
         temperature=args.temperature,
         top_p=args.top_p,
         seed=args.seed,

@@ -22,7 +22,8 @@ be accepted (the block's by their calibrated reach, the lookup's by what lookups
 length achieved so far) is the chain the block sits on; the other, from where the two part, is fed
 as a branch where its expected tokens pay for its place. Either way the target verifies every token.
 
-With `adaptive`, how many drafts each step feeds, and whether it is a plain AR step instead, follows
+With `adaptive`, how many drafts each step feeds, and whether it is a plain AR step instead (which
+may still verify looked-up drafts, at no adapter's cost), follows
 the measured cost of a step on this machine and the drafts' calibrated acceptance (schedule.py; the
 adapter's `calibration.json` maps confidences to acceptance probabilities where it has one); with
 `min_block_size` too, so does the block's size. A batch feeds one block size, its rows' longest.
@@ -159,6 +160,23 @@ class Speculative(Verifier):
             st.other = st.look[c:]
             st.other_gain = _branch_gain(block_reach, look_reach, c)
 
+    def set_drafts(self, row, logits, ids=None, full=None):
+        super().set_drafts(row, logits, ids, full)
+        st: SpecDrafts = row.state
+        # The predicted reach: the schedule plans with it, the bench holds it against acceptance.
+        st.predicted = st.reach
+        if self.calibration is not None and st.reach is not None:
+            st.predicted = self.calibration.reach(st.reach)
+        if self.cfg.tree and st.tokens:
+            # Each draft's next choices: the block's most likely tokens other than the draft itself.
+            probs = logits[: len(st.tokens)].float().softmax(-1)  # [m, V]
+            top = probs.topk(self.cfg.tree + 1, -1)
+            st.alts, st.alt_mass = [], []
+            for d, toks, ps in zip(st.tokens, top.indices.tolist(), top.values.tolist()):
+                alts = [(t, p) for t, p in zip(toks, ps) if t != d][: self.cfg.tree]
+                st.alts.append([t for t, _ in alts])
+                st.alt_mass.append(sum(p for _, p in alts))
+
     def after_step(self, rows, out, keep, alive):
         # Tokens the whole batch fed: what a row's choice shares the next step with.
         B = out.pending_valid.shape[0]
@@ -209,9 +227,25 @@ class Speculative(Verifier):
     def drafts(self, row):
         st: SpecDrafts = row.state
         if self.cost is not None:
-            st.keep(st.plan.fed)  # the rest are unlikely enough not to pay for their place
+            fed = st.plan.fed
+            if not st.plan.block and st.from_lookup:
+                fed = self.lookup_in_ar_step(row)
+            st.keep(fed)  # the rest are unlikely enough not to pay for their place
         st.fork = self.plan_fork(row)
         return super().drafts(row)
+
+    def lookup_in_ar_step(self, row) -> int:
+        """Looked-up drafts to feed in a plain AR step (no block, so no adapter's cost): the number
+        with the most expected tokens per second on this machine's curve, often none."""
+        st: SpecDrafts = row.state
+        context, others = len(row.committed), self.others(row)
+        best, best_rate, expected = 0, 0.0, 1.0
+        for k in range(len(st.tokens) + 1):
+            expected += float(st.predicted[k - 1]) if k else 0.0
+            rate = expected / schedule.step_seconds(self.cost, 1 + k, context, False, others)
+            if rate > best_rate:
+                best, best_rate = k, rate
+        return best
 
     def branch_tokens(self, row) -> int:
         """Tokens a row's branches feed this step: the other candidate's one branch, or `tree`

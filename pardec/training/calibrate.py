@@ -110,7 +110,8 @@ def calibrate(
     common = dataclasses.replace(base, temperature=0.0, max_new_tokens=cfg.max_new_tokens)
 
     # 1. Acceptance, from spec's fixed shape with the raw confidences.
-    spec = dataclasses.replace(common, method="spec", adaptive=False, block_reach=0.7)
+    # Block drafts only: the acceptance fitted is the block's (looked-up drafts learn their own online)
+    spec = dataclasses.replace(common, method="spec", adaptive=False, block_reach=0.7, lookup=0)
     results = scorer.decode(spec, extras={"calibration": None})
     verified = [s for r in results for s in r.verified_per_step]
     confidence, accepted = cal.observations(verified)

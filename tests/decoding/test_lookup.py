@@ -1,0 +1,187 @@
+"""Drafts looked up in the text itself: what is proposed, what is learned of it, and that spec with
+looked-up drafts (as its chain or as a branch beside the block's) stays exactly the model's: greedy
+token for token in fp32, sampling in distribution."""
+
+import pytest
+import torch
+from test_decoding import PROMPTS, run, use_policy
+from test_sampling import PROMPT, chi2_pvalue, exact_joint, small_vocab_model  # noqa: F401  (a fixture)
+from test_schedule import FLAT, STEEP, Right
+from tiny import counting_model, tiny_model
+
+from pardec.decoding import DecodeConfig, decode
+from pardec.decoding import lookup as lookup_module
+from pardec.decoding import spec as spec_module
+from pardec.decoding.lookup import PRIOR_RATE, LookupStats, propose
+
+
+@pytest.mark.parametrize(
+    "tokens,drafts,match",
+    [
+        ([1, 2, 3, 9, 9, 1, 2, 3], [9, 9, 1, 2], 3),  # the suffix 1 2 3 occurred at the start
+        ([5, 7, 5, 8, 5], [8, 5], 1),  # two matches of one token: the latest
+        ([4, 1, 2, 9, 5, 2, 6, 1, 2], [9, 5, 2, 6], 2),  # a longer match wins over a later, shorter one
+        ([1, 2, 3, 4], [], 0),  # the last token never occurred before
+        ([7], [], 0),
+    ],
+)
+def test_propose_follows_the_longest_latest_match(tokens, drafts, match):
+    assert propose(tokens, 4) == (drafts, match)
+
+
+def test_propose_caps_the_match_length_and_the_drafts():
+    tokens = list(range(10)) * 3
+    drafts, match = propose(tokens, 5, max_ngram=6)
+    assert match == 6 and drafts == [0, 1, 2, 3, 4]
+    assert propose(tokens, 0) == ([], 0)
+
+
+def test_stats_count_the_run_of_right_drafts_and_the_failure_that_ends_it():
+    stats = LookupStats()
+    assert stats.rate(1) == pytest.approx(PRIOR_RATE[0]) and stats.rate(20) == pytest.approx(PRIOR_RATE[-1])
+    stats.record(3, [1, 2, 3], [1, 2, 5])  # two right, then a failure
+    stats.record(3, [1, 2, 3], [1])  # one right; what came after is not known yet
+    stats.record(3, [1, 2, 3], [1, 2, 3, 4])  # all right
+    b = lookup_module.bucket(3)
+    assert (stats.accepted[b], stats.rejected[b]) == (6, 1)
+    assert stats.rate(3) > PRIOR_RATE[b]  # mostly right: the rate rises from the prior
+    for _ in range(20):
+        stats.record(3, [1, 2], [7])
+    assert stats.rate(3) < PRIOR_RATE[b] and stats.reach(3, 3) == pytest.approx(
+        [stats.rate(3) ** k for k in (1, 2, 3)]
+    )
+    assert stats.rate(1) == pytest.approx(PRIOR_RATE[0])  # other match lengths keep their own
+
+
+@pytest.fixture(scope="module")
+def counting():
+    model, mask_id, _ = counting_model()
+    return model, mask_id
+
+
+def test_looked_up_drafts_commit_copies_in_fewer_forwards_and_stay_exactly_ar(counting):
+    """A model that counts, a prompt that has counted before: the lookup finds the continuation in the
+    prompt, the untrained block cannot."""
+    model, mask_id = counting
+    prompt = list(range(4, 28)) + [4, 5, 6]
+    ar = run(model, mask_id, [prompt], method="ar", max_new_tokens=20)[0]
+    assert ar.tokens[:5] == [7, 8, 9, 10, 11]  # the model counts on
+    forwards = {}
+    for lookup in (0, 16):
+        for name, cost in (("fixed", None), ("flat", FLAT), ("steep", STEEP)):
+            config = DecodeConfig(method="spec", block_size=4, lookup=lookup, adaptive=cost is not None,
+                                  max_new_tokens=20)  # fmt: skip
+            got = decode(model, [prompt], config, mask_id, extras={"cost": cost} if cost else {})[0]
+            assert got.tokens == ar.tokens, (lookup, name)
+            forwards[lookup, name] = got.forwards
+    for name in ("fixed", "flat", "steep"):  # where each token fed costs too, looked-up drafts pay
+        assert forwards[16, name] <= 5 < forwards[0, name], forwards
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2"])
+def tiny(request):
+    return tiny_model(request.param)
+
+
+def test_spec_with_lookup_equals_ar_batched_whatever_the_cost(tiny):
+    model, mask_id = tiny
+    prompts = PROMPTS + [[3, 4, 5, 3, 4, 5, 3, 4]]  # one that repeats itself: the lookup finds matches
+    ar = run(model, mask_id, prompts, method="ar", max_new_tokens=30)
+    for adaptive, cost in ((False, None), (True, FLAT), (True, STEEP)):
+        config = DecodeConfig(method="spec", block_size=4, adaptive=adaptive, max_new_tokens=30)
+        got = decode(model, prompts, config, mask_id, extras={"cost": cost} if cost else {})
+        assert [g.tokens for g in got] == [a.tokens for a in ar], (adaptive, cost)
+
+
+def count_branches(monkeypatch):
+    """Record, for every verified tree, whether a branch was taken."""
+    taken, original = [], spec_module.accept_with_branches
+
+    def counted(*args):
+        out = original(*args)
+        taken.append(out[2] >= 0)
+        return out
+
+    monkeypatch.setattr(spec_module, "accept_with_branches", counted)
+    return taken
+
+
+class WrongAtEvery3rd(Right):
+    """Block drafts the target's own tokens but every third, stated with full confidence: the block is
+    the chain, and where its draft is wrong the looked-up one (right, for a model that counts) is the
+    branch to take."""
+
+    def update(self, row, ntp, block):
+        upd = super().update(row, ntp, block)
+        st = row.state
+        start = len(row.committed) + len(upd.commit) - row.n_prompt
+        st.tokens = [t if (start + i) % 3 else (t + 1) % (self.mask_id - 1) for i, t in enumerate(st.tokens)]
+        return upd
+
+
+def test_a_looked_up_branch_recovers_a_wrong_block_draft(counting, monkeypatch):
+    model, mask_id = counting
+    prompt = list(range(4, 28)) + [4, 5, 6]
+    ar = run(model, mask_id, [prompt], method="ar", max_new_tokens=24)[0]
+    WrongAtEvery3rd.truth = ar.tokens + [0] * 8
+    use_policy(WrongAtEvery3rd, monkeypatch)
+    # Lookups assumed poor: fewer expected than the block's sure drafts, so they only branch.
+    monkeypatch.setattr(LookupStats, "rate", lambda self, match: 0.1)
+    taken = count_branches(monkeypatch)
+    config = DecodeConfig(method="spec", block_size=4, adaptive=False, max_new_tokens=24)
+    got = decode(model, [prompt], config, mask_id)[0]
+    assert got.tokens == ar.tokens
+    assert sum(taken) >= 2  # the looked-up branch committed what the block's chain lost
+
+
+class RightBlock(Right):
+    """Block drafts always right, but with low stated confidence, so the lookup is the chain."""
+
+    def update(self, row, ntp, block):
+        upd = super().update(row, ntp, block)
+        if row.state.tokens:
+            row.state.reach = row.state.predicted = torch.full((len(row.state.tokens),), 0.01)
+        return upd
+
+
+def test_a_block_branch_recovers_a_wrong_looked_up_draft(tiny, monkeypatch):
+    model, mask_id = tiny
+    prompt = [3, 4, 5, 3, 4, 5, 3, 4]  # looked up: 5 3 4 5 ..., which a random model will not say
+    ar = run(model, mask_id, [prompt], method="ar", max_new_tokens=24)[0]
+    RightBlock.truth = ar.tokens + [0] * 8
+    use_policy(RightBlock, monkeypatch)
+    monkeypatch.setattr(LookupStats, "rate", lambda self, match: 0.9)  # lookups assumed good: the chain
+    taken = count_branches(monkeypatch)
+    config = DecodeConfig(method="spec", block_size=4, adaptive=False, max_new_tokens=24)
+    got = decode(model, [prompt], config, mask_id)[0]
+    assert got.tokens == ar.tokens
+    assert sum(taken) >= 2
+
+
+@pytest.mark.parametrize("rate", [0.95, 0.05], ids=["lookup-chain", "lookup-branch"])
+def test_spec_with_lookup_samples_the_target_distribution(small_vocab_model, monkeypatch, rate):  # noqa: F811
+    """Looked-up drafts are point-mass proposals: as the chain, and as a branch beside the block's
+    sampled drafts, the committed tokens still follow the target's distribution."""
+    model, mask_id = small_vocab_model
+    monkeypatch.setattr(LookupStats, "rate", lambda self, match: rate)
+    chains, original = [], spec_module.Speculative.look_up
+
+    def look_up(self, row):
+        original(self, row)
+        chains.append(row.state.from_lookup)
+
+    monkeypatch.setattr(spec_module.Speculative, "look_up", look_up)
+    taken = count_branches(monkeypatch)
+    n, t = 6000, 4
+    config = DecodeConfig(
+        method="spec", block_size=3, adaptive=False, temperature=1.0, seed=7, max_new_tokens=t
+    )
+    outs = decode(model, [PROMPT] * n, config, mask_id)
+    counts = {}
+    for o in outs:
+        counts[tuple(o.tokens)] = counts.get(tuple(o.tokens), 0) + 1
+    assert chi2_pvalue(counts, exact_joint(model, 1.0, 1.0, t), n) > 1e-3
+    if rate > 0.5:
+        assert sum(chains) > 0.3 * len(chains)  # looked-up chains were verified, not only proposed
+    else:
+        assert sum(taken) > 0.02 * len(taken) and len(taken) > 500  # looked-up branches were taken
