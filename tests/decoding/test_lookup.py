@@ -128,7 +128,11 @@ def test_a_looked_up_branch_recovers_a_wrong_block_draft(counting, monkeypatch):
     # Lookups assumed poor: fewer expected than the block's sure drafts, so they only branch.
     monkeypatch.setattr(LookupStats, "rate", lambda self, match: 0.1)
     taken = count_branches(monkeypatch)
-    config = DecodeConfig(method="spec", block_size=4, adaptive=False, max_new_tokens=24)
+    # The block after no draft: its slots draft the next step whichever path was taken; short lookups,
+    # so that a taken branch leaves some of them.
+    config = DecodeConfig(
+        method="spec", block_size=4, block_at=0, lookup=2, adaptive=False, max_new_tokens=24
+    )
     got = decode(model, [prompt], config, mask_id)[0]
     assert got.tokens == ar.tokens
     assert sum(taken) >= 2  # the looked-up branch committed what the block's chain lost
@@ -152,7 +156,7 @@ def test_a_block_branch_recovers_a_wrong_looked_up_draft(tiny, monkeypatch):
     use_policy(RightBlock, monkeypatch)
     monkeypatch.setattr(LookupStats, "rate", lambda self, match: 0.9)  # lookups assumed good: the chain
     taken = count_branches(monkeypatch)
-    config = DecodeConfig(method="spec", block_size=4, adaptive=False, max_new_tokens=24)
+    config = DecodeConfig(method="spec", block_size=4, block_at=0, adaptive=False, max_new_tokens=24)
     got = decode(model, [prompt], config, mask_id)[0]
     assert got.tokens == ar.tokens
     assert sum(taken) >= 2
