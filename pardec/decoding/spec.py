@@ -17,10 +17,11 @@ draft there is rejected, a branch may continue (core/verify.py: still exactly th
 The block that drafts next must sit before the fork for a taken branch to keep its drafts.
 
 With `lookup` > 0, drafts are also looked up in the text itself (lookup.py: the tokens that followed
-an earlier occurrence of the last few committed tokens). The candidate with more tokens expected to
-be accepted (the block's by their calibrated reach, the lookup's by what lookups of that match
-length achieved so far) is the chain the block sits on; the other, from where the two part, is fed
-as a branch where its expected tokens pay for its place. Either way the target verifies every token.
+an earlier occurrence of the last few committed tokens). The candidate with more tokens expected per
+second (the block's by their calibrated reach, the lookup's by what lookups of that match length
+achieved so far; without `adaptive`, more tokens expected) is the chain the block sits on; the
+other, from where the two part, is fed as a branch where its expected tokens pay for its place.
+Either way the target verifies every token.
 
 With `adaptive`, how many drafts each step feeds, and whether it is a plain AR step instead (which
 may still verify looked-up drafts, at no adapter's cost), follows
@@ -149,7 +150,7 @@ class Speculative(Verifier):
         while c < min(len(block), len(st.look)) and block[c] == st.look[c]:
             c += 1
         st.other_at = c
-        if sum(look_reach) > sum(block_reach):
+        if self._worth(row, look_reach) > self._worth(row, block_reach):
             if c < len(block) and c < len(st.look):
                 st.other, st.other_probs = block[c:], None if st.probs is None else st.probs[c + 1 :]
                 st.other_gain = _branch_gain(look_reach, block_reach, c)
@@ -159,6 +160,20 @@ class Speculative(Verifier):
         elif c < len(st.look) and c < len(block):
             st.other = st.look[c:]
             st.other_gain = _branch_gain(block_reach, look_reach, c)
+
+    def _worth(self, row, reach: list[float]) -> float:
+        """What a chain of drafts with this reach is worth: with `adaptive`, the most tokens per second
+        any prefix of it commits fed with a block (a long chain of unlikely drafts costs its place);
+        else the tokens it is expected to commit."""
+        if self.cost is None:
+            return sum(reach)
+        context, others = len(row.committed), self.others(row)
+        best, expected = 0.0, 1.0
+        for k in range(len(reach) + 1):
+            expected += reach[k - 1] if k else 0.0
+            seconds = schedule.step_seconds(self.cost, 1 + k, context, True, others)
+            best = max(best, expected / seconds)
+        return best
 
     def set_drafts(self, row, logits, ids=None, full=None):
         super().set_drafts(row, logits, ids, full)

@@ -6,7 +6,7 @@ import pytest
 import torch
 from test_decoding import PROMPTS, run, use_policy
 from test_sampling import PROMPT, chi2_pvalue, exact_joint, small_vocab_model  # noqa: F401  (a fixture)
-from test_schedule import FLAT, STEEP, Right
+from test_schedule import FLAT, STEEP, Right, linear_cost
 from tiny import counting_model, tiny_model
 
 from pardec.decoding import DecodeConfig, decode
@@ -189,3 +189,25 @@ def test_spec_with_lookup_samples_the_target_distribution(small_vocab_model, mon
         assert sum(chains) > 0.3 * len(chains)  # looked-up chains were verified, not only proposed
     else:
         assert sum(taken) > 0.02 * len(taken) and len(taken) > 500  # looked-up branches were taken
+
+
+def test_plain_ar_steps_still_verify_looked_up_drafts_where_blocks_never_pay(counting, monkeypatch):
+    """A block costs 50 AR steps here, so the schedule decodes plain AR steps; those steps still feed
+    the looked-up drafts, which cost a little each and are right."""
+    model, mask_id = counting
+    prompt = list(range(4, 28)) + [4, 5, 6]
+    ar = run(model, mask_id, [prompt], method="ar", max_new_tokens=40)[0]
+    fed_in_ar_steps, original = [], spec_module.Speculative.lookup_in_ar_step
+
+    def counted(self, row):
+        fed_in_ar_steps.append(original(self, row))
+        return fed_in_ar_steps[-1]
+
+    monkeypatch.setattr(spec_module.Speculative, "lookup_in_ar_step", counted)
+    config = DecodeConfig(method="spec", block_size=4, lookup=4, max_new_tokens=40)  # 4: more steps
+    got = decode(model, [prompt], config, mask_id, extras={"cost": linear_cost(per_token=0.01, block=50.0)})[
+        0
+    ]
+    assert got.tokens == ar.tokens
+    assert fed_in_ar_steps and max(fed_in_ar_steps) > 1
+    assert got.forwards < 25  # AR alone: 40
