@@ -211,3 +211,22 @@ def test_plain_ar_steps_still_verify_looked_up_drafts_where_blocks_never_pay(cou
     assert got.tokens == ar.tokens
     assert fed_in_ar_steps and max(fed_in_ar_steps) > 1
     assert got.forwards < 25  # AR alone: 40
+
+
+@pytest.mark.parametrize("cost,lookup_chain", [(None, True), (FLAT, True), (STEEP, False)],
+                         ids=["fixed", "flat", "steep"])  # fmt: skip
+def test_the_chain_is_the_candidate_with_the_most_tokens_per_second(monkeypatch, cost, lookup_chain):
+    """16 looked-up drafts each accepted with probability 0.5 (1.0 token expected) against 3 block
+    drafts reaching 0.7, 0.2, 0.05 (0.95): more tokens from the lookup, but on a steep curve the
+    block's commit more per second for the few tokens they feed."""
+    monkeypatch.setattr(LookupStats, "rate", lambda self, match: 0.5)
+    config = DecodeConfig(method="spec", block_size=4, adaptive=cost is not None)
+    policy = spec_module.Speculative(config, 47, None, extras={"cost": cost} if cost else {})
+    state = policy.new_state()
+    state.tokens, state.predicted = [30, 31, 32], torch.tensor([0.7, 0.2, 0.05])
+    state.reach = state.predicted
+    row = spec_module.Row(index=0, committed=list(range(1, 21)) + [5], n_prompt=3, budget=100, state=state)
+    policy.look_up(row)
+    assert state.look == list(range(6, 21)) + [5] and state.from_lookup is lookup_chain
+    assert state.tokens == (state.look if lookup_chain else [30, 31, 32])
+    assert state.other == ([30, 31, 32] if lookup_chain else state.look)  # the other, from the fork (0)
