@@ -37,7 +37,7 @@ class DecodeConfig:
     # spec: most drafts looked up in the text itself (prompt lookup, lookup.py) per step; they replace
     # the block's drafts where more of them are expected to be accepted, and the other candidate is
     # fed as a branch where it pays (0: block drafts only)
-    lookup: int = 16
+    lookup: int = 32
     temperature: float = 0.0  # 0 = greedy
     top_p: float = 1.0
     seed: int | None = None
