@@ -167,13 +167,19 @@ class Speculative(Verifier):
         else the tokens it is expected to commit."""
         if self.cost is None:
             return sum(reach)
+        return self._best_prefix(row, reach, block=True)[1]
+
+    def _best_prefix(self, row, reach: list[float], block: bool) -> tuple[int, float]:
+        """The number of drafts (with this reach) whose step, fed with a block or as a plain AR step,
+        commits the most tokens per second on this machine's curve, and that rate."""
         context, others = len(row.committed), self.others(row)
-        best, expected = 0.0, 1.0
+        best, best_rate, expected = 0, 0.0, 1.0
         for k in range(len(reach) + 1):
             expected += reach[k - 1] if k else 0.0
-            seconds = schedule.step_seconds(self.cost, 1 + k, context, True, others)
-            best = max(best, expected / seconds)
-        return best
+            rate = expected / schedule.step_seconds(self.cost, 1 + k, context, block, others)
+            if rate > best_rate:
+                best, best_rate = k, rate
+        return best, best_rate
 
     def set_drafts(self, row, logits, ids=None, full=None):
         super().set_drafts(row, logits, ids, full)
@@ -252,15 +258,7 @@ class Speculative(Verifier):
     def lookup_in_ar_step(self, row) -> int:
         """Looked-up drafts to feed in a plain AR step (no block, so no adapter's cost): the number
         with the most expected tokens per second on this machine's curve, often none."""
-        st: SpecDrafts = row.state
-        context, others = len(row.committed), self.others(row)
-        best, best_rate, expected = 0, 0.0, 1.0
-        for k in range(len(st.tokens) + 1):
-            expected += float(st.predicted[k - 1]) if k else 0.0
-            rate = expected / schedule.step_seconds(self.cost, 1 + k, context, False, others)
-            if rate > best_rate:
-                best, best_rate = k, rate
-        return best
+        return self._best_prefix(row, row.state.predicted.tolist(), block=False)[0]
 
     def branch_tokens(self, row) -> int:
         """Tokens a row's branches feed this step: the other candidate's one branch, or `tree`

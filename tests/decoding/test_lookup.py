@@ -5,8 +5,9 @@ token for token in fp32, sampling in distribution."""
 import pytest
 import torch
 from test_decoding import PROMPTS, run, use_policy
-from test_sampling import PROMPT, chi2_pvalue, exact_joint, small_vocab_model  # noqa: F401  (a fixture)
+from test_sampling import chi2_pvalue, exact_joint, sample_counts, small_vocab_model  # noqa: F401  (a fixture)
 from test_schedule import FLAT, STEEP, Right, linear_cost
+from test_tree import count_branches
 from tiny import counting_model, tiny_model
 
 from pardec.decoding import DecodeConfig, decode
@@ -93,19 +94,6 @@ def test_spec_with_lookup_equals_ar_batched_whatever_the_cost(tiny):
         assert [g.tokens for g in got] == [a.tokens for a in ar], (adaptive, cost)
 
 
-def count_branches(monkeypatch):
-    """Record, for every verified tree, whether a branch was taken."""
-    taken, original = [], spec_module.accept_with_branches
-
-    def counted(*args):
-        out = original(*args)
-        taken.append(out[2] >= 0)
-        return out
-
-    monkeypatch.setattr(spec_module, "accept_with_branches", counted)
-    return taken
-
-
 class WrongAtEvery3rd(Right):
     """Block drafts the target's own tokens but every third, stated with full confidence: the block is
     the chain, and where its draft is wrong the looked-up one (right, for a model that counts) is the
@@ -177,13 +165,8 @@ def test_spec_with_lookup_samples_the_target_distribution(small_vocab_model, mon
     monkeypatch.setattr(spec_module.Speculative, "look_up", look_up)
     taken = count_branches(monkeypatch)
     n, t = 6000, 4
-    config = DecodeConfig(
-        method="spec", block_size=3, adaptive=False, temperature=1.0, seed=7, max_new_tokens=t
-    )
-    outs = decode(model, [PROMPT] * n, config, mask_id)
-    counts = {}
-    for o in outs:
-        counts[tuple(o.tokens)] = counts.get(tuple(o.tokens), 0) + 1
+    counts, _ = sample_counts(model, mask_id, n, t=t, method="spec", block_size=3, adaptive=False,
+                              temperature=1.0, seed=7)  # fmt: skip
     assert chi2_pvalue(counts, exact_joint(model, 1.0, 1.0, t), n) > 1e-3
     if rate > 0.5:
         assert sum(chains) > 0.3 * len(chains)  # looked-up chains were verified, not only proposed

@@ -130,8 +130,8 @@ def test_a_steep_curve_feeds_no_branch_a_flat_one_does(tiny):
     assert fed["flat"] > fed["steep"]
 
 
-def test_tree_spec_samples_the_target_distribution(small_vocab_model, monkeypatch):  # noqa: F811
-    model, mask_id = small_vocab_model
+def count_branches(monkeypatch) -> list[bool]:
+    """Record, for every verified tree, whether a branch was taken."""
     taken, original = [], spec_module.accept_with_branches
 
     def counted(*args):
@@ -140,6 +140,12 @@ def test_tree_spec_samples_the_target_distribution(small_vocab_model, monkeypatc
         return out
 
     monkeypatch.setattr(spec_module, "accept_with_branches", counted)
+    return taken
+
+
+def test_tree_spec_samples_the_target_distribution(small_vocab_model, monkeypatch):  # noqa: F811
+    model, mask_id = small_vocab_model
+    taken = count_branches(monkeypatch)
     n = 3000
     config = DecodeConfig(method="spec", block_size=3, adaptive=False, tree=2, tree_depth=1, temperature=1.0,
                           seed=5, max_new_tokens=T)  # fmt: skip
