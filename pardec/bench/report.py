@@ -129,6 +129,18 @@ def memory_line(memory: dict) -> str:
     )
 
 
+def lookup_lines(label: str, table: dict) -> str:
+    """A method's looked-up drafts: per match length, accepted of those that were tried (accepted plus
+    the first failure) by relation to the block's drafts, and the learned rate."""
+    rows = [f"{label}: looked-up drafts accepted / decided (learned rate), by relation to the block's draft",
+            "", "| match | agree | disagree | alone |", "|---|---|---|---|"]  # fmt: skip
+    for match, rels in table.items():
+        cells = [f"{r['accepted']:.0f} / {r['accepted'] + r['rejected']:.0f} ({r['rate']:.2f})"
+                 for r in rels.values()]  # fmt: skip
+        rows.append(f"| {match} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
 def plot(result: BenchResult, out: Path) -> list[Path]:
     import matplotlib
 
@@ -229,14 +241,17 @@ def plot_cost(cost: StepCost, path: Path) -> None:
 
 
 def write(result: BenchResult, out: Path, command: str, adapter: str | None = None,
-          cost: StepCost | None = None, memory: dict | None = None) -> None:  # fmt: skip
+          cost: StepCost | None = None, memory: dict | None = None,
+          lookups: dict | None = None) -> None:  # fmt: skip
     """`adapter`: the checkpoint the run's model carries (methods without an adapter of their own);
     `cost`: the machine's step cost for the run's model, recorded with the results and plotted;
-    `memory`: the run's peak resident set and each method's weights in MiB (`memory_line`)."""
+    `memory`: the run's peak resident set and each method's weights in MiB (`memory_line`);
+    `lookups`: per method, what it learned of its looked-up drafts (LookupStats.to_json)."""
     out.mkdir(parents=True, exist_ok=True)
     meta = dict(command=command, adapter=adapter, torch=torch.__version__, threads=torch.get_num_threads(),
                 machine=machine(), step_cost=None if cost is None else cost.to_json())  # fmt: skip
     meta["memory"] = memory
+    meta["lookup"] = lookups or {}
     if cost is not None:
         plot_cost(cost, out / "step_cost.png")
     (out / "results.json").write_text(
@@ -253,5 +268,6 @@ def write(result: BenchResult, out: Path, command: str, adapter: str | None = No
         )
     )
     memory_text = "" if memory is None else "\n" + memory_line(memory) + "\n"
-    (out / "results.md").write_text(f"`{command}`\n\n" + markdown_table(result) + memory_text)
+    lookup_text = "".join(f"\n{lookup_lines(label, table)}\n" for label, table in (lookups or {}).items())
+    (out / "results.md").write_text(f"`{command}`\n\n" + markdown_table(result) + memory_text + lookup_text)
     plot(result, out)

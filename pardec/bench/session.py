@@ -84,6 +84,9 @@ def bench(opts: BenchOptions) -> BenchResult:
         )
     for runner in runners:
         getattr(runner, "close", lambda: None)()  # llamacpp's model
-    write(result, out, opts.command, None if lm.adapter is None else str(lm.adapter), cost, memory)
+    # What each method learned of its looked-up drafts' acceptance over the run.
+    lookups = {s.label: r.extras["lookup"].to_json() for s, r in zip(specs, runners)
+               if "lookup" in getattr(r, "extras", {}) and s.config.lookup}  # fmt: skip
+    write(result, out, opts.command, None if lm.adapter is None else str(lm.adapter), cost, memory, lookups)
     progress.unlink()  # samples.jsonl now holds every run
     return result

@@ -3,10 +3,13 @@ occurred before, in the prompt or in what was generated, the tokens that followe
 proposed as drafts. Answers restate their prompts (a signature and docstring, a passage to extract
 from, the numbers of a word problem) and repeat themselves (code), and such drafts cost no forward.
 
-How likely a looked-up draft is accepted depends mostly on how long the match is: one shared token is
-a weak hint, a dozen a copy in progress. `LookupStats` learns, per match length, the probability that
-a draft is accepted given that the ones before it were (a geometric model: a run of successes ended
-by the first failure), from every step's committed text, fed or not.
+How likely a looked-up draft is accepted depends on how long the match is (one shared token is a weak
+hint, a dozen a copy in progress) and on whether the block, which drafted the same positions, agrees:
+a looked-up draft the block also drafted has two sources behind it; one where the block drafted
+another token is a copy the model's own guess contradicts. `LookupStats`
+learns, per match length and relation to the block's drafts, the probability that a draft is accepted
+given that the ones before it were (a geometric model: a run of successes ended by the first failure),
+from every step's committed text, fed or not.
 """
 
 from __future__ import annotations
@@ -15,9 +18,29 @@ from dataclasses import dataclass, field
 
 MAX_NGRAM = 16  # the longest suffix matched (a longer match tells no more)
 BUCKETS = (1, 2, 3, 4, 8)  # match lengths are pooled from each of these up to the next
-# Each bucket's prior acceptance per draft, worth PRIOR_WEIGHT observed outcomes.
-PRIOR_RATE = (0.2, 0.35, 0.5, 0.6, 0.75)
+# Per relation (below) and bucket, the prior acceptance of a draft once the ones before it were, worth
+# PRIOR_WEIGHT observed outcomes: roughly what MT-bench and GSM8K taught (benchmarks/lookup.md).
+PRIOR_RATE = (
+    (0.85, 0.9, 0.9, 0.9, 0.9),  # agree: the block drafted the same token
+    (0.15, 0.25, 0.35, 0.4, 0.4),  # disagree: the block drafted another token
+    (0.4, 0.6, 0.7, 0.75, 0.8),  # alone: the block drafted nothing there (or only other text)
+)
 PRIOR_WEIGHT = 4.0
+# A looked-up draft's relation to the block's draft at the same position. The block's drafts after
+# the first one that differs continued other text, so they say nothing: ALONE.
+AGREE, DISAGREE, ALONE = 0, 1, 2
+RELATIONS = ("agree", "disagree", "alone")
+
+
+def relations(look: list[int], block: list[int]) -> list[int]:
+    """[len(look)] each looked-up draft's relation to the block's drafts."""
+    out = []
+    for i, t in enumerate(look):
+        if i >= len(block) or (out and out[-1] != AGREE):
+            out.append(ALONE)
+        else:
+            out.append(AGREE if block[i] == t else DISAGREE)
+    return out
 
 
 def propose(tokens: list[int], max_drafts: int, max_ngram: int = MAX_NGRAM) -> tuple[list[int], int]:
@@ -50,31 +73,53 @@ def bucket(match: int) -> int:
 
 @dataclass
 class LookupStats:
-    """Accepted and rejected looked-up drafts per match-length bucket. Shared by the rows decoded with
-    one method's extras (a bench method, a server), as the schedule's Memory is."""
+    """Accepted and rejected looked-up drafts per match-length bucket and relation ([bucket][relation]).
+    Shared by the rows decoded with one method's extras (a bench method, a server), as the schedule's
+    Memory is."""
 
-    accepted: list[float] = field(default_factory=lambda: [0.0] * len(BUCKETS))
-    rejected: list[float] = field(default_factory=lambda: [0.0] * len(BUCKETS))
+    accepted: list[list[float]] = field(default_factory=lambda: [[0.0] * len(RELATIONS) for _ in BUCKETS])
+    rejected: list[list[float]] = field(default_factory=lambda: [[0.0] * len(RELATIONS) for _ in BUCKETS])
 
-    def rate(self, match: int) -> float:
-        """P(a draft is accepted | the drafts before it were), for a match of this length."""
+    def rate(self, match: int, rel: int = ALONE) -> float:
+        """P(a draft is accepted | the drafts before it were), for a match of this length and a draft
+        with this relation to the block's."""
         b = bucket(match)
-        prior = PRIOR_RATE[b] * PRIOR_WEIGHT
-        return (self.accepted[b] + prior) / (self.accepted[b] + self.rejected[b] + PRIOR_WEIGHT)
+        a, r = self.accepted[b][rel], self.rejected[b][rel]
+        return (a + PRIOR_RATE[rel][b] * PRIOR_WEIGHT) / (a + r + PRIOR_WEIGHT)
 
-    def reach(self, match: int, n: int) -> list[float]:
-        """[n] P(drafts 1..i all accepted)."""
-        a = self.rate(match)
-        return [a ** (i + 1) for i in range(n)]
+    def reach(self, match: int, rels: list[int]) -> list[float]:
+        """[len(rels)] P(drafts 1..i all accepted)."""
+        out, p = [], 1.0
+        for rel in rels:
+            p *= self.rate(match, rel)
+            out.append(p)
+        return out
 
-    def record(self, match: int, drafts: list[int], committed: list[int]) -> None:
-        """The drafts looked up at a step, against the tokens the step committed (the target's own, so
-        they say how far the drafts were right whether or not they were fed)."""
+    def record(
+        self, match: int, drafts: list[int], committed: list[int], rels: list[int] | None = None
+    ) -> None:
+        """The drafts looked up at a step (with their relations to the block's drafts), against the
+        tokens the step committed (the target's own, so they say how far the drafts were right whether
+        or not they were fed)."""
+        rels = rels or [ALONE] * len(drafts)
         n = 0
         while n < len(drafts) and n < len(committed) and drafts[n] == committed[n]:
             n += 1
         b = bucket(match)
-        self.accepted[b] += n
+        for rel in rels[:n]:
+            self.accepted[b][rel] += 1
         # A failure is seen only where a committed token follows the accepted ones.
         if n < len(drafts) and n < len(committed):
-            self.rejected[b] += 1
+            self.rejected[b][rels[n]] += 1
+
+    def to_json(self) -> dict:
+        """What was learned, per bucket (its shortest match) and relation: drafts seen and the rate."""
+        return {
+            f"match>={m}": {
+                name: dict(
+                    accepted=self.accepted[b][r], rejected=self.rejected[b][r], rate=round(self.rate(m, r), 3)
+                )
+                for r, name in enumerate(RELATIONS)
+            }
+            for b, m in enumerate(BUCKETS)
+        }

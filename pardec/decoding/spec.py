@@ -18,9 +18,10 @@ The block that drafts next must sit before the fork for a taken branch to keep i
 
 With `lookup` > 0, drafts are also looked up in the text itself (lookup.py: the tokens that followed
 an earlier occurrence of the last few committed tokens). The candidate with more tokens expected per
-second (the block's by their calibrated reach, the lookup's by what lookups of that match length
-achieved so far; without `adaptive`, more tokens expected) is the chain the block sits on; the
-other, from where the two part, is fed as a branch where its expected tokens pay for its place.
+second (the block's by their calibrated reach, the lookup's by what lookups of that match length and
+relation to the block's most likely tokens achieved so far; without `adaptive`, more tokens expected)
+is the chain the block sits on; the other, from where the two part, is fed as a branch where its
+expected tokens pay for its place.
 Either way the target verifies every token.
 
 With `adaptive`, how many drafts each step feeds, and whether it is a plain AR step instead (which
@@ -53,6 +54,11 @@ class SpecDrafts(Drafts):
     plan: schedule.Plan = field(default_factory=schedule.Plan)  # with `adaptive`
     look: list[int] = field(default_factory=list)  # drafts looked up for this step
     match: int = 0  # the length of the match they were looked up by
+    rels: list[int] = field(default_factory=list)  # each one's relation to the block's draft there
+    # The block's most likely token per draft position (its drafts when greedy). When sampling, the
+    # chain is chosen by these, not by the drafts drawn: a choice that depends on the draws would bias
+    # what verification accepts.
+    modes: list[int] = field(default_factory=list)
     from_lookup: bool = False  # the chain is the looked-up drafts (else the block's)
     # The other candidate from where it parts from the chain: the fork (a chain draft's index), its
     # tokens there on, the proposals of those after the first (sampling), its expected extra tokens
@@ -65,6 +71,7 @@ class SpecDrafts(Drafts):
     def clear(self) -> None:
         super().clear()
         self.from_lookup, self.other, self.other_probs, self.other_fed = False, None, None, False
+        self.modes = []
 
 
 def _after(reach: list[float], start: int, end: int) -> float:
@@ -137,15 +144,16 @@ class Speculative(Verifier):
         st.look, st.match = lookup.propose(row.committed, self.cfg.lookup)
         if not st.look:
             return
-        look_reach = self.lookup_stats.reach(st.match, len(st.look))
+        block = list(st.tokens)
+        st.rels = lookup.relations(st.look, st.modes[: len(block)])
+        look_reach = self.lookup_stats.reach(st.match, st.rels)
         if self.cfg.draft_cutoff > 0:  # the cutoff holds for looked-up drafts as for the block's
             keep = sum(r >= self.cfg.draft_cutoff for r in look_reach)
-            st.look, look_reach = st.look[:keep], look_reach[:keep]
+            st.look, st.rels, look_reach = st.look[:keep], st.rels[:keep], look_reach[:keep]
             if not st.look:
                 return
         scale = st.plan.scale if self.cost is not None else 1.0
         block_reach = [] if st.predicted is None else [min(1.0, x * scale) for x in st.predicted.tolist()]
-        block = list(st.tokens)
         c = 0
         while c < min(len(block), len(st.look)) and block[c] == st.look[c]:
             c += 1
@@ -186,6 +194,7 @@ class Speculative(Verifier):
         st: SpecDrafts = row.state
         # The predicted reach: the schedule plans with it, the bench holds it against acceptance.
         st.predicted = st.reach
+        st.modes = list(st.tokens) if st.probs is None else st.probs.argmax(-1).tolist()
         if self.calibration is not None and st.reach is not None:
             st.predicted = self.calibration.reach(st.reach)
         if self.cfg.tree and st.tokens:
@@ -373,7 +382,7 @@ class Speculative(Verifier):
         extra = 0 if fork is None else self.branch_tokens(row)
         n, commit, path = self._verify_tree(row, ntp, block)
         if st.look:
-            self.lookup_stats.record(st.match, st.look, commit)
+            self.lookup_stats.record(st.match, st.look, commit, st.rels)
         if st.from_lookup:  # the block's calibration and its reliability hold block drafts only
             predicted = None
         shown = None if predicted is None or not fed else tuple(predicted[:fed].tolist())

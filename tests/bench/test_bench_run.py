@@ -54,6 +54,13 @@ def test_bench_on_a_tiny_model_writes_all_files(tiny_dir, tmp_path, capsys):
     assert spec["drafts_accepted"] == sum(n for _, n in verified) <= spec["drafts_fed"]
     assert sum(b["drafts"] for b in spec["reliability"]) == spec["drafts_fed"]
     assert "drafts_fed" not in recs["ar"] and "fed drafts accepted" in stdout
+    # What spec learned of its looked-up drafts, beside the results: counts that add up, rates in [0, 1]
+    learned = res["meta"]["lookup"]
+    assert list(learned) == ["spec@block_size=3"]
+    for rels in learned["spec@block_size=3"].values():
+        assert list(rels) == ["agree", "disagree", "alone"]
+        assert all(r["accepted"] >= 0 and r["rejected"] >= 0 and 0 < r["rate"] < 1 for r in rels.values())
+    assert "looked-up drafts accepted" in (out / "results.md").read_text()
 
 
 def test_method_specs_parse_and_reject_nonsense():
