@@ -55,10 +55,6 @@ class SpecDrafts(Drafts):
     look: list[int] = field(default_factory=list)  # drafts looked up for this step
     match: int = 0  # the length of the match they were looked up by
     rels: list[int] = field(default_factory=list)  # each one's relation to the block's draft there
-    # The block's most likely token per draft position (its drafts when greedy). When sampling, the
-    # chain is chosen by these, not by the drafts drawn: a choice that depends on the draws would bias
-    # what verification accepts.
-    modes: list[int] = field(default_factory=list)
     from_lookup: bool = False  # the chain is the looked-up drafts (else the block's)
     # The other candidate from where it parts from the chain: the fork (a chain draft's index), its
     # tokens there on, the proposals of those after the first (sampling), its expected extra tokens
@@ -71,7 +67,6 @@ class SpecDrafts(Drafts):
     def clear(self) -> None:
         super().clear()
         self.from_lookup, self.other, self.other_probs, self.other_fed = False, None, None, False
-        self.modes = []
 
 
 def _after(reach: list[float], start: int, end: int) -> float:
@@ -145,7 +140,10 @@ class Speculative(Verifier):
         if not st.look:
             return
         block = list(st.tokens)
-        st.rels = lookup.relations(st.look, st.modes[: len(block)])
+        # Relations to the block's most likely tokens (its drafts when greedy), not to the drafts it
+        # drew when sampling: a chain chosen by the draws would bias what verification accepts.
+        modes = block if st.probs is None else st.probs.argmax(-1).tolist()
+        st.rels = lookup.relations(st.look, modes)
         look_reach = self.lookup_stats.reach(st.match, st.rels)
         if self.cfg.draft_cutoff > 0:  # the cutoff holds for looked-up drafts as for the block's
             keep = sum(r >= self.cfg.draft_cutoff for r in look_reach)
@@ -194,7 +192,6 @@ class Speculative(Verifier):
         st: SpecDrafts = row.state
         # The predicted reach: the schedule plans with it, the bench holds it against acceptance.
         st.predicted = st.reach
-        st.modes = list(st.tokens) if st.probs is None else st.probs.argmax(-1).tolist()
         if self.calibration is not None and st.reach is not None:
             st.predicted = self.calibration.reach(st.reach)
         if self.cfg.tree and st.tokens:
