@@ -25,7 +25,8 @@ expected tokens pay for its place.
 Either way the target verifies every token.
 
 With `adaptive`, how many drafts each step feeds, and whether it is a plain AR step instead (which
-may still verify looked-up drafts, at no adapter's cost), follows
+may still verify looked-up drafts, at no adapter's cost: also chosen where a looked-up chain commits
+more per second fed alone than with a block, as where a quantized kernel makes each token fed dear), follows
 the measured cost of a step on this machine and the drafts' calibrated acceptance (schedule.py; the
 adapter's `calibration.json` maps confidences to acceptance probabilities where it has one); with
 `min_block_size` too, so does the block's size. A batch feeds one block size, its rows' longest.
@@ -248,6 +249,8 @@ class Speculative(Verifier):
                 self.cfg.min_block_size,
             )
             self.memory.backoff = st.plan.backoff
+            if st.from_lookup and st.plan.block and self._plain_pays_more(row):
+                st.plan.block, st.plan.fed = False, 0  # drafts() feeds the looked-up ones it pays for
         widths = [r.state.plan.slots for r in rows if r.state.plan.block]
         self.width = max(widths, default=self.cfg.block_size)
 
@@ -260,6 +263,17 @@ class Speculative(Verifier):
             st.keep(fed)  # the rest are unlikely enough not to pay for their place
         st.fork = self.plan_fork(row)
         return super().drafts(row)
+
+    def _plain_pays_more(self, row) -> bool:
+        """Whether the looked-up chain commits more tokens per second fed alone in a plain step (no
+        block: where each token fed is dear, a few drafts without the block's slots and adapter) than
+        the planned block step would."""
+        st: SpecDrafts = row.state
+        reach = st.predicted.tolist()
+        expected = 1.0 + sum(reach[: st.plan.fed])
+        context, plan = len(row.committed), st.plan
+        seconds = schedule.step_seconds(self.cost, 1 + plan.fed, context, plan.slots, plan.others)
+        return self._best_prefix(row, reach, block=False)[1] > expected / seconds
 
     def lookup_in_ar_step(self, row) -> int:
         """Looked-up drafts to feed in a plain AR step (no block, so no adapter's cost): the number

@@ -338,3 +338,17 @@ def test_llamacpp_says_how_to_install_it_and_needs_a_gguf(tiny_dir, monkeypatch)
     monkeypatch.setitem(sys.modules, "llama_cpp", object())
     with pytest.raises(PardecError, match="method 'llamacpp' needs a model loaded from a GGUF"):
         open_gguf(lm)
+
+
+def test_a_llamacpp_crash_in_the_probe_becomes_an_error_that_says_how_to_rebuild(tmp_path):
+    from pardec.bench.llamacpp import probe
+
+    gguf = tmp_path / "m.gguf"
+    crash = "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"
+    with pytest.raises(PardecError, match=r"died of signal 11.*m\.gguf.*AMX kernels.*GGML_NATIVE=OFF"):
+        probe(gguf, 2, "CPU : AVX512 = 1 | AMX_INT8 = 1 |", script=crash)
+    fails = "import sys; sys.stderr.write('bad magic\\n'); sys.exit(3)"
+    with pytest.raises(PardecError, match=r"failed \(3\)(?!.*AMX).*\nbad magic"):
+        probe(gguf, 2, "CPU : AVX512 = 1 |", script=fails)
+    argv = f"import sys; assert sys.argv[1:] == [{str(gguf)!r}, '2']"
+    probe(gguf, 2, "CPU : AMX_INT8 = 1 |", script=argv)

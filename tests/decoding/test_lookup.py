@@ -268,3 +268,33 @@ def test_the_chain_is_the_candidate_with_the_most_tokens_per_second(monkeypatch,
     assert state.look == list(range(6, 21)) + [5] and state.from_lookup is lookup_chain
     assert state.tokens == (state.look if lookup_chain else [30, 31, 32])
     assert state.other == ([30, 31, 32] if lookup_chain else state.look)  # the other, from the fork (0)
+
+
+@pytest.mark.parametrize("block,plain", [(3.0, True), (0.0, False)], ids=["dear-block", "flat"])
+def test_a_looked_up_chain_is_fed_without_the_block_where_the_block_costs_more_than_it_adds(
+    monkeypatch, block, plain
+):
+    """Looked-up drafts accepted 9 times in 10: a block step pays for them (4.6 tokens for 3.4 AR
+    steps where the block costs 3), but the same drafts fed alone pay more (at 0.1 an extra token);
+    where the block costs nothing more, the step keeps it (its slots give the next step drafts)."""
+    monkeypatch.setattr(LookupStats, "rate", lambda self, match, rel=ALONE: 0.9)
+    cost = linear_cost(per_token=0.1, block=block)
+    config = DecodeConfig(method="spec", block_size=4, adaptive=True, lookup=8)
+    policy = spec_module.Speculative(config, 47, None, extras={"cost": cost})
+    state = policy.new_state()
+    state.tokens, state.predicted = [30, 31, 32], torch.tensor([0.7, 0.2, 0.05])
+    state.reach = state.predicted
+    row = spec_module.Row(index=0, committed=list(range(1, 21)) + [5], n_prompt=3, budget=100, state=state)
+    policy.before_step([row])
+    assert state.from_lookup and state.plan.block is not plain
+    assert len(policy.drafts(row)) >= 4
+    assert (policy.blocks(row) is None) is plain
+
+
+def test_copies_decode_exactly_ar_in_plain_steps_where_blocks_are_dear(counting):
+    model, mask_id = counting
+    prompt = list(range(4, 28)) + [4, 5, 6]
+    ar = run(model, mask_id, [prompt], method="ar", max_new_tokens=20)[0]
+    config = DecodeConfig(method="spec", block_size=4, lookup=16, adaptive=True, max_new_tokens=20)
+    got = decode(model, [prompt], config, mask_id, extras={"cost": linear_cost(per_token=0.05, block=3.0)})[0]
+    assert got.tokens == ar.tokens and got.forwards <= 6
