@@ -1,6 +1,6 @@
 """Speedup over `ar` per category of a bench run's samples: tokens/s of each method over that
 category's prompts (total tokens / total seconds), divided by ar's over the same prompts. The category
-is the question's own for the builtin `mtbench` task (mtbench/81 -> writing), else the item id's last
+is the question's own for an MT-bench id (mtbench/81 -> writing), else the item id's last
 `/` field (e.g. the MT-bench selection in benchmarks/adaptive-epyc/).
 
     python scripts/per_category.py benchmarks/adaptive-epyc/mtbench16-gsm8k10 --task jsonl
@@ -32,7 +32,8 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     rows = [json.loads(line) for line in (Path(args.run) / "samples.jsonl").read_text().splitlines()]
     rows = [r for r in rows if args.task is None or r["task"] == args.task]
-    known = mtbench_categories() if any(r["task"] == "mtbench" for r in rows) else {}
+    # MT-bench ids (the builtin task's, or a jsonl selection of its questions) name their category
+    known = mtbench_categories() if any(r["id"].startswith("mtbench/") for r in rows) else {}
     tokens, seconds, forwards = defaultdict(int), defaultdict(float), defaultdict(int)
     for r in rows:
         key = (r["method"], category(r["id"], known))
