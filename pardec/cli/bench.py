@@ -32,7 +32,7 @@ def add_arguments(b) -> None:
     b.add_argument("--task", default="humaneval",
                    help=f"{' | '.join(TASKS)} | jsonl:PATH; several in one run, with inclusive ranges, e.g. "
                         "humaneval:0-79,mtbench:0-19,jsonl:mine.jsonl (prompts interleaved, one table per "
-                        "task)")
+                        "task); a task named again adds a range, e.g. mtbench:0-3,mtbench:10-13")
     b.add_argument("--limit", type=int, default=None, help="number of items")
     b.add_argument("--offset", type=int, default=0, help="first item")
     b.add_argument("--max-new-tokens", type=int, default=256)

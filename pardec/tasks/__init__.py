@@ -64,19 +64,17 @@ def _name_and_range(part: str) -> tuple[str, str]:
 def load_tasks(spec: str, limit: int | None = None, offset: int = 0) -> list[Item]:
     """'humaneval:0-79,mtbench:0-19,jsonl:my.jsonl' -> items of every task, merged round-robin so that
     drift in machine speed hits every task alike. A range is inclusive; a task without one takes
-    `limit` / `offset`."""
+    `limit` / `offset`; a task named again adds that range to its items ('mtbench:0-3,mtbench:10-13')."""
     parts = _parts(spec)
     if not parts:
         raise PardecError("--task is empty")
-    lists, seen = [], set()
+    lists: dict[str, list[Item]] = {}  # per task, its ranges in the order given
     for part in parts:
         name, rng = _name_and_range(part)
         task = get(name)
-        if task.name in seen:
-            raise PardecError(f"--task names '{task.name}' twice")
-        seen.add(task.name)
+        have = lists.setdefault(task.name, [])
         if not rng:
-            lists.append(load_task(task, limit, offset))
+            _add(have, load_task(task, limit, offset))
             continue
         m = _RANGE.match(rng)
         if m is None or int(m["last"]) < int(m["first"]):
@@ -87,11 +85,21 @@ def load_tasks(spec: str, limit: int | None = None, offset: int = 0) -> list[Ite
             raise PardecError(
                 f"task '{task.name}' has items {first}-{first + len(items) - 1} only, not {rng}"
             )
-        lists.append(items)
+        _add(have, items)
     merged = []
-    for k in range(max(len(items) for items in lists)):
-        merged += [items[k] for items in lists if k < len(items)]
+    for k in range(max(len(items) for items in lists.values())):
+        merged += [items[k] for items in lists.values() if k < len(items)]
     return merged
+
+
+def _add(have: list[Item], items: list[Item]) -> None:
+    """Append a range of a task to the ones it already has (several ranges of one task select, say,
+    a few MT-bench questions per category), refusing an item selected twice."""
+    ids = {it.id for it in have}
+    twice = next((it.id for it in items if it.id in ids), None)
+    if twice is not None:
+        raise PardecError(f"--task selects {twice} twice")
+    have += items
 
 
 def load_task(task: Task | str, limit: int | None = None, offset: int = 0) -> list[Item]:

@@ -129,6 +129,11 @@ def test_several_tasks_load_interleaved_with_inclusive_ranges():
     assert [it.task for it in items] == ["humaneval", "mtbench", "humaneval", "mtbench", "humaneval"]
     assert [it.id for it in items if it.task == "humaneval"] == ["HumanEval/2", "HumanEval/3", "HumanEval/4"]
     assert load_tasks("gsm8k", limit=2, offset=5)[0].id == "gsm8k/5"  # no range: --limit/--offset
+    # Several ranges of one task: its items in the order given, still interleaved with other tasks
+    items = load_tasks("mtbench:0-1,gsm8k:0-0,mtbench:10-10")
+    assert [it.id for it in items] == ["mtbench/81", "gsm8k/0", "mtbench/82", "mtbench/91"]
+    with pytest.raises(PardecError, match="selects mtbench/82 twice"):
+        load_tasks("mtbench:0-1,mtbench:1-3")
     for bad in (
         "humaneval:4-2",
         "humaneval:0-",
