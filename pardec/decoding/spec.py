@@ -268,11 +268,9 @@ class Speculative(Verifier):
         """Whether the looked-up chain commits more tokens per second fed alone in a plain step (no
         block: where each token fed is dear, a few drafts without the block's slots and adapter) than
         the planned block step would."""
-        st: SpecDrafts = row.state
-        reach = st.predicted.tolist()
-        expected = 1.0 + sum(reach[: st.plan.fed])
-        context, plan = len(row.committed), st.plan
-        seconds = schedule.step_seconds(self.cost, 1 + plan.fed, context, plan.slots, plan.others)
+        plan, reach = row.state.plan, row.state.predicted.tolist()
+        expected = 1.0 + sum(reach[: plan.fed])
+        seconds = schedule.step_seconds(self.cost, 1 + plan.fed, len(row.committed), plan.slots, plan.others)
         return self._best_prefix(row, reach, block=False)[1] > expected / seconds
 
     def lookup_in_ar_step(self, row) -> int:
