@@ -136,49 +136,48 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
                    help=f"D, slots per forward (default: the block size the adapter was trained with, else "
                         f"{d.block_size}; dflash: the drafter's)")
     p.add_argument("--threshold", type=auto_or_float, default=d.threshold,
-                   help="threshold: confidence to keep a slot, in [0, 1], or 'auto': the one `pardec "
-                        f"calibrate` chose for the adapter (default {d.threshold})")
+                   help="threshold: confidence at which a draft is committed without verification, in [0, 1] "
+                        "(1: as spec), or 'auto': the one `pardec calibrate` chose for the adapter "
+                        f"(default {d.threshold})")
     p.add_argument("--confidence", choices=("prob", "entropy"), default=d.confidence,
                    help="threshold: max probability, or 1 - entropy / log V")
     p.add_argument("--draft-blocks", type=int, default=d.draft_blocks,
-                   help="spec: blocks fed per forward, one per likely acceptance length (more drafts after "
-                        f"a rejection, longer forwards; default {d.draft_blocks})")
+                   help="spec, threshold: blocks fed per forward, one per likely acceptance length (more "
+                        f"drafts after a rejection, longer forwards; default {d.draft_blocks})")
     p.add_argument("--block-at", type=int, default=d.block_at,
-                   help="spec: feed the block after at most this many drafts, fixed; it yields the next "
-                        "drafts "
-                        "after any acceptance at least that long (0: always; D - 1 or more: only after all "
-                        "drafts are accepted, with the most drafts). Default: placed by --block-reach")
+                   help="spec, threshold: feed the block after at most this many drafts, fixed; it yields "
+                        "the next drafts after any acceptance at least that long (0: always; D - 1 or more: "
+                        "only after all drafts are accepted, with the most drafts). Default: placed by "
+                        "--block-reach")
     p.add_argument("--draft-cutoff", type=float, default=d.draft_cutoff,
-                   help="spec, dflash: feed the next drafts while the product of their confidences stays at "
-                        "or "
-                        "above this, in [0, 1]; unlikely drafts cost a fed token each and are rarely "
-                        "accepted. "
-                        f"Still lossless (default {d.draft_cutoff}: feed them all)")
+                   help="spec, threshold, dflash: feed the next drafts while the product of their "
+                        "confidences stays at or above this, in [0, 1]; unlikely drafts cost a fed token "
+                        f"each and are rarely accepted. Still lossless (default {d.draft_cutoff}: feed them "
+                        "all)")
     p.add_argument("--block-reach", type=float, default=d.block_reach,
-                   help="spec: feed the block after the drafts whose confidences' product stays at or above "
-                        "this, in [0, 1]: the likely accepted ones, so it sees more text and its nearest "
-                        "slots "
-                        f"become the next drafts (default {d.block_reach}; 0: after all drafts; ignored with "
-                        "--block-at)")
+                   help="spec, threshold: feed the block after the drafts whose confidences' product stays "
+                        "at or above this, in [0, 1]: the likely accepted ones, so it sees more text and "
+                        f"its nearest slots become the next drafts (default {d.block_reach}; 0: after all "
+                        "drafts; ignored with --block-at)")
     p.add_argument("--adaptive", action=argparse.BooleanOptionalAction, default=d.adaptive,
-                   help="spec: choose each step how many drafts to feed, or a plain AR step, by what a "
-                        "step costs on this machine (measured once, cached) and how likely the drafts "
-                        f"are; lossless (default {'on' if d.adaptive else 'off'}; --no-adaptive: the fixed "
-                        "shapes)")
+                   help="spec, threshold: choose each step how many drafts to feed, or a plain AR step, by "
+                        "what a step costs on this machine (measured once, cached) and how likely the "
+                        f"drafts are; lossless (default {'on' if d.adaptive else 'off'}; --no-adaptive: the "
+                        "fixed shapes)")
     p.add_argument("--min-block-size", type=int, default=d.min_block_size,
-                   help="spec with --adaptive: the shortest block a step may feed; each step's block size "
-                        "is chosen between this and --block-size by the step cost and the drafts' reach "
-                        "(default: the adapter's, if it was trained with sampled block sizes, else always "
-                        "--block-size)")
+                   help="spec, threshold with --adaptive: the shortest block a step may feed; each step's "
+                        "block size is chosen between this and --block-size by the step cost and the "
+                        "drafts' reach (default: the adapter's, if it was trained with sampled block sizes, "
+                        "else always --block-size)")
     p.add_argument("--tree", type=int, default=d.tree,
-                   help="spec: branches per step, a tree: the next choices for the draft most worth an "
-                        "alternative, each carrying on with the drafts after it (default 0: a chain; with "
-                        "--adaptive fed only where they pay on this machine); lossless")
+                   help="spec, threshold: branches per step, a tree: the next choices for the draft most "
+                        "worth an alternative, each carrying on with the drafts after it (default 0: a "
+                        "chain; with --adaptive fed only where they pay on this machine); lossless")
     p.add_argument("--tree-depth", type=int, default=d.tree_depth,
-                   help=f"spec: drafts each branch carries on with (default {d.tree_depth})")
+                   help=f"spec, threshold: drafts each branch carries on with (default {d.tree_depth})")
     p.add_argument("--lookup", type=int, default=d.lookup,
-                   help="spec: most drafts looked up per step in the prompt and the text so far (the "
-                        "tokens that followed an earlier occurrence of the last few); they replace the "
+                   help="spec, threshold: most drafts looked up per step in the prompt and the text so far "
+                        "(the tokens that followed an earlier occurrence of the last few); they replace the "
                         "block's drafts where more are expected to be accepted, the other candidate fed as "
                         f"a branch where it pays; lossless (default {d.lookup}; 0: block drafts only)")
     p.add_argument("--gamma", type=auto_or_float, default=d.gamma,

@@ -14,7 +14,7 @@ class DecodeConfig:
     method: str = "spec"
     block_size: int = 4  # D: slots predicted per forward
     # None for these two: "auto", the value `pardec calibrate` saved with the adapter (api.configure)
-    threshold: float | None = 0.9  # threshold: keep slots while confidence >= this
+    threshold: float | None = 0.9  # threshold: commit drafts unverified while confidence >= this
     confidence: str = "prob"  # threshold: "prob" (max probability) or "entropy" (1 - H / log V)
     gamma: float | None = 0.5  # eb: entropy budget (nats) per forward
     draft_blocks: int = 1  # spec: blocks fed per forward, for that many possible acceptance lengths
@@ -98,5 +98,5 @@ class DecodeConfig:
     @property
     def room(self) -> int:
         """Positions a step may use past the committed text: drafts, a block after them, and one more."""
-        drafts = max(self.slots, self.lookup if self.method == "spec" else 0)
+        drafts = max(self.slots, self.lookup if self.method in ("spec", "threshold") else 0)
         return self.slots + drafts + 1

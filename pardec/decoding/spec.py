@@ -395,18 +395,10 @@ class Speculative(Verifier):
         if st.from_lookup:  # the block's calibration and its reliability hold block drafts only
             predicted = None
         shown = None if predicted is None or not fed else tuple(predicted[:fed].tolist())
-        if self.cost is not None:
-            plan = st.plan
-            # The step's context: committed text before it (row.committed is not extended yet).
-            seconds = (
-                schedule.step_seconds(self.cost, 1 + fed + extra, len(row.committed), self.width, plan.others)
-                if plan.block
-                else None
-            )
-            schedule.record(plan, predicted, fed, n, seconds, committed=len(commit))
-            if not plan.block:  # an AR step: no block, so no drafts for the next one
-                st.clear()
-                return Update(commit=commit, keep_drafts=n, predicted=shown)
+        if self.cost is not None and not st.plan.block:  # an AR step: no block, so no drafts after it
+            schedule.record(st.plan, predicted, fed, n, None, committed=len(commit))
+            st.clear()
+            return Update(commit=commit, keep_drafts=n, predicted=shown)
         lengths = self.block_lengths(row)
         # A block's drafts hold if it saw only committed text: after a taken branch, only the drafts
         # before the fork were (path > n then).
@@ -418,11 +410,24 @@ class Speculative(Verifier):
         first = 1 + path - L if L is not None else D
         if first < D:
             k = lengths.index(L)
-            self.set_drafts(row, block[k * D + first : (k + 1) * D])
+            commit = commit + self.next_drafts(row, block[k * D : (k + 1) * D], first, commit[L:])
         else:
             # No block was fed early enough: the next forward drafts afresh.
             st.clear()
+        if self.cost is not None:
+            # The step's context: committed text before it (row.committed is not extended yet).
+            seconds = schedule.step_seconds(
+                self.cost, 1 + fed + extra, len(row.committed), self.width, st.plan.others
+            )
+            schedule.record(st.plan, predicted, fed, n, seconds, committed=len(commit))
         return Update(commit=commit, keep_drafts=n, predicted=shown)
+
+    def next_drafts(self, row, slots: torch.Tensor, first: int, text: list[int]) -> list[int]:
+        """The next drafts from a block's slots [D, V], of which `first` on follow the committed text;
+        `text` holds the committed tokens at slots 0 .. first - 1. Returns tokens to commit at once:
+        none here, where every draft waits for the target's verdict (a lossy method commits some)."""
+        self.set_drafts(row, slots[first:])
+        return []
 
 
 def prepare(lm, config, sets_block_size: bool, options: dict):

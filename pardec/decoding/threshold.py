@@ -1,12 +1,15 @@
-"""SDLM's next-sequence prediction with a confidence threshold (arXiv 2509.24007).
+"""SDLM's confidence threshold (arXiv 2509.24007), inside self-speculation. Lossy.
 
-The first token of a step comes from the NTP logit (exactly the model's next token), the following
-ones from the block's slots 1..D-1; keep the longest prefix whose confidence (max probability, or
-1 - H / log V) reaches the threshold: at least 1 and at most D tokens a forward. Lossy.
+SDLM commits, after the next token, the longest prefix of the block's predictions whose confidence
+(max probability, or 1 - H / log V) reaches the threshold, and discards the rest. Here the rest is not
+discarded: it is the next forward's drafts, verified there as `spec` verifies them (spec.py: drafts
+looked up in the text, the adaptive schedule, the block's place). Only the confident prefix skips
+verification, so a threshold of 1 decodes as `spec` does and a lower one trades the model's own
+output for tokens per forward; `pardec calibrate` chooses it against a quality target.
 
-The block's slots 1.. are predicted without knowing slot 0's token. When the block's own most likely
-slot 0 differs from the NTP token, its later slots continue a different text (a skipped or doubled
-token), so then only the NTP token is kept.
+A block's slots after the bonus continue the text its earlier slots predicted. Where one of those
+earlier predictions is not the committed token there, the later slots continue another text (a
+skipped or doubled token), so then nothing is committed unverified.
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ import torch
 
 from ..core import sampling
 from ..errors import PardecError
-from .policy import Method, Policy, register
-from .state import Update
+from .policy import Method, register
+from .spec import Speculative
+from .spec import prepare as spec_prepare
 
 
 def calibrated(lm, config, field: str, method: str):
@@ -39,33 +43,41 @@ def calibrated(lm, config, field: str, method: str):
     return dataclasses.replace(config, **{field: value})
 
 
-class Threshold(Policy):
+class Threshold(Speculative):
     def __init__(self, config, mask_id, generator, model=None, extras=None):
         super().__init__(config, mask_id, generator, model, extras)
         if config.threshold is None:
             raise PardecError("threshold 'auto' is resolved by api.configure from the adapter's calibration")
 
-    def update(self, row, ntp, block):
-        logits = torch.cat([ntp[-1:], block[1:]])  # [D, V]: slot 0 is the NTP token
-        tokens, _ = self._choose(logits)
-        conf = sampling.confidence(logits[1:], self.cfg.confidence)  # [D - 1]
-        n = 1
-        if int(block[0].argmax()) != int(tokens[0]):
-            return Update(commit=tokens[:1].tolist())
-        while n < len(tokens) and conf[n - 1] >= self.cfg.threshold:
-            n += 1
-        return Update(commit=tokens[:n].tolist())
+    def next_drafts(self, row, slots: torch.Tensor, first: int, text: list[int]) -> list[int]:
+        """Commit the confident prefix of the slots after `first` ([D, V] slots; `text`: the committed
+        tokens at slots 0 .. first - 1) and make the rest the next drafts."""
+        keep: list[int] = []
+        agrees = slots[:first].argmax(-1).tolist() == text[:first]
+        if agrees and first < len(slots):
+            tokens, _ = self._choose(slots[first:])  # [D - first]
+            conf = sampling.confidence(slots[first:], self.cfg.confidence).tolist()  # [D - first]
+            while len(keep) < len(conf) and conf[len(keep)] >= self.cfg.threshold:
+                keep.append(int(tokens[len(keep)]))
+        rest = first + len(keep)
+        if rest < len(slots):
+            self.set_drafts(row, slots[rest:])
+        else:
+            row.state.clear()  # the whole block committed: the next forward drafts afresh
+        return keep
+
+
+def _prepare(lm, config, sets_block_size, options):
+    return spec_prepare(lm, calibrated(lm, config, "threshold", "threshold"), sets_block_size, options)
 
 
 register(
     Method(
         "threshold",
         Threshold,
-        "keep block slots while confident (SDLM)",
+        "spec that commits confident drafts unverified (SDLM's threshold)",
         lossless=False,
-        prepare=lambda lm, config, sets_block_size, options: (
-            calibrated(lm, config, "threshold", "threshold"),
-            {},
-        ),
+        min_block_size=2,
+        prepare=_prepare,
     )
 )

@@ -295,42 +295,77 @@ def test_spec_with_all_wrong_drafts_still_equals_ar(tiny, monkeypatch):
     assert spec.tokens == ar.tokens
 
 
-def test_threshold_at_one_commits_one_token_per_forward_and_equals_ar(tiny):
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_threshold_at_one_decodes_as_spec_and_equals_ar(tiny, adaptive):
     model, mask_id = tiny
     for prompt in PROMPTS:
         ar = run(model, mask_id, [prompt], method="ar")[0]
-        th = run(model, mask_id, [prompt], method="threshold", threshold=1.0, block_size=4)[0]
-        assert th.tokens == ar.tokens and th.accepted_per_step == [1] * N
+        kw = dict(block_size=4, adaptive=adaptive)
+        spec = run(model, mask_id, [prompt], method="spec", **kw)[0]
+        th = run(model, mask_id, [prompt], method="threshold", threshold=1.0, **kw)[0]
+        assert th.tokens == ar.tokens  # nothing is that confident: every draft was verified
+        assert th.accepted_per_step == spec.accepted_per_step and th.fed_per_step == spec.fed_per_step
 
 
-def test_threshold_at_zero_commits_one_token_or_a_full_block(tiny):
-    model, mask_id = tiny
-    th = run(
-        model, mask_id, [PROMPTS[0]], method="threshold", threshold=0.0, block_size=4, max_new_tokens=20
-    )[0]
-    assert set(th.accepted_per_step) <= {1, 4}  # a whole block, or the NTP token alone when slot 0 disagrees
-    ar = run(model, mask_id, [PROMPTS[0]], method="ar", max_new_tokens=1)[0]
-    assert th.tokens[0] == ar.tokens[0]  # the first token of a step is the NTP token
-
-
-def test_threshold_keeps_the_confident_prefix_only_when_the_block_agrees_on_slot_0():
+def test_threshold_commits_unverified_tokens_and_verifies_the_rest(tiny, monkeypatch):
+    """Where the block agrees with the text (forced here) and the threshold is 0, every block's drafts
+    are committed unverified; every other token is still the model's greedy choice given the text before
+    it, so the unverified ones were fed at their positions and the cache held exactly the text."""
+    from pardec.core.scoring import text_logits
     from pardec.decoding.threshold import Threshold
 
-    V, D = 10, 4
-    policy = Threshold(
-        DecodeConfig(method="threshold", threshold=0.8, block_size=D), mask_id=9, generator=None
-    )
+    model, mask_id = tiny
+    prompt = PROMPTS[2]
+    unverified: set[int] = set()  # positions in the generated text
+
+    class Agreeing(Threshold):
+        def next_drafts(self, row, slots, first, text):
+            self.extra = super().next_drafts(row, slots, first, slots[:first].argmax(-1).tolist())
+            return self.extra
+
+        def update(self, row, ntp, block):
+            self.extra = []
+            upd = super().update(row, ntp, block)
+            end = len(row.committed) - row.n_prompt + len(upd.commit)
+            unverified.update(range(end - len(self.extra), end))
+            return upd
+
+    use_policy(Agreeing, monkeypatch, method="threshold")
+    th = run(model, mask_id, [prompt], method="threshold", threshold=0.0, block_size=4, lookup=0)[0]
+    unverified = {i for i in unverified if i < len(th.tokens)}
+    assert len(unverified) >= len(th.tokens) // 3  # most block steps committed 2 unverified drafts
+    greedy = text_logits(model, prompt + th.tokens, len(prompt), mask_id).argmax(-1).tolist()
+    checked = [i for i in range(len(th.tokens)) if i not in unverified]
+    assert checked and all(th.tokens[i] == greedy[i] for i in checked)
+    assert any(th.tokens[i] != greedy[i] for i in unverified)  # lossy: random drafts commit anyway
+
+
+def test_threshold_commits_the_confident_prefix_when_the_block_agrees_with_the_text():
+    from pardec.decoding.threshold import Threshold
+
+    V, D = 10, 5
+    cfg = DecodeConfig(method="threshold", threshold=0.8, block_size=D, adaptive=False)
+    policy = Threshold(cfg, mask_id=9, generator=None)
 
     def peaked(token, p):  # logits whose softmax puts p on `token`, the rest spread evenly
         row = torch.full((V,), float(torch.log(torch.tensor((1 - p) / (V - 1)))))
         row[token] = float(torch.log(torch.tensor(p)))
         return row
 
-    ntp = peaked(3, 0.6)[None]  # [1, V]
-    block = torch.stack([peaked(3, 0.7), peaked(4, 0.95), peaked(5, 0.9), peaked(6, 0.5)])  # [D, V]
-    assert policy.update(None, ntp, block).commit == [3, 4, 5]  # slot 3 is below the threshold
-    block[0] = peaked(7, 0.7)  # the block believes in another next token: its slots 1.. continue that
-    assert policy.update(None, ntp, block).commit == [3]
+    def row():
+        return Row(index=0, committed=[1, 2], n_prompt=2, budget=16, state=policy.new_state())
+
+    # Slots 0-1 sit at committed tokens 3 and 4 (the last accepted draft and the bonus); 2.. follow
+    slots = torch.stack([peaked(3, 0.7), peaked(4, 0.6), peaked(5, 0.95), peaked(6, 0.9), peaked(7, 0.5)])
+    r = row()
+    assert policy.next_drafts(r, slots, 2, [3, 4]) == [5, 6]  # slot 4 is below the threshold
+    assert r.state.tokens == [7]  # the rest waits for the target's verdict
+    r = row()
+    assert policy.next_drafts(r, slots, 2, [3, 8]) == []  # the block predicted another bonus: its later
+    assert r.state.tokens == [5, 6, 7]  # slots continue another text, so every one is a draft
+    slots[4] = peaked(7, 0.99)
+    r = row()
+    assert policy.next_drafts(r, slots, 2, [3, 4]) == [5, 6, 7] and r.state.tokens == []
 
 
 def test_eb_with_gamma_zero_reveals_one_slot_per_forward(tiny):

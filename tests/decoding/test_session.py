@@ -15,7 +15,8 @@ CONFIGS = [
     dict(method="spec", block_size=4, adaptive=False),
     dict(method="spec", block_size=4, adaptive=True),
     dict(method="spec", block_size=4, adaptive=False, tree=2, tree_depth=2),
-    dict(method="threshold", block_size=4, threshold=0.5),
+    dict(method="threshold", block_size=4, threshold=0.5, adaptive=False),
+    dict(method="threshold", block_size=4, threshold=0.5, adaptive=True),
     dict(method="eb", block_size=4, gamma=1.0),
 ]
 
