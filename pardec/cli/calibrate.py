@@ -51,7 +51,9 @@ def add_arguments(p) -> None:
                    help="lossy methods to choose settings for: threshold, eb, both or none ('')")
     p.add_argument("--block-size", type=int, default=None,
                    help="D (default: the adapter's trained block size)")
-    p.add_argument("--batch-size", type=int, default=d.batch_size, help="prompts decoded together")
+    p.add_argument("--batch-size", type=int, default=d.batch_size,
+                   help="prompts decoded together where the shapes are fixed; adaptive candidates "
+                        "decode one at a time, as a lone request")
     p.add_argument("--dry-run", action="store_true", help="print the result; write nothing")
 # fmt: on
 

@@ -9,7 +9,9 @@
    model's own greedy choice given the text before them (one teacher-forced forward per answer; plain
    AR scores 0 up to numerics, and spec's lossless answers give that floor). Among the values whose
    deviation stays within `target` of the floor, the one with the most tokens per second by the
-   machine's step cost is kept (tokens per forward without a cost).
+   machine's step cost is kept (tokens per forward without a cost). `threshold` runs spec's adaptive
+   schedule, with the acceptance just fitted: its candidates decode one prompt at a time, as a lone
+   request does (a batch's schedule differs).
 """
 
 from __future__ import annotations
@@ -22,8 +24,11 @@ from tqdm import tqdm
 
 from ..core.cost import StepCost
 from ..core.scoring import text_logits
-from ..decoding import DecodeConfig, decode
+from ..decoding import METHODS, DecodeConfig, decode
 from ..decoding.engine import GenerationResult
+from ..decoding.lookup import LookupStats
+from ..decoding.schedule import Memory
+from ..decoding.spec import Speculative
 from ..model import LoadedModel
 from ..model import calibration as cal
 
@@ -69,14 +74,18 @@ class _Scorer:
         self.lm, self.prompts, self.cfg, self.cost = lm, prompts, cfg, cost
 
     def decode(self, config: DecodeConfig, extras=None) -> list[GenerationResult]:
+        # An adaptive schedule prices a batch's steps as a batch (plain AR steps where one row's drafts
+        # would pay): one prompt at a time, as a request decodes alone.
+        adaptive = config.adaptive and issubclass(METHODS[config.method].policy, Speculative)
+        size = 1 if adaptive else self.cfg.batch_size
         out = []
-        for i in range(0, len(self.prompts), self.cfg.batch_size):
-            batch = self.prompts[i : i + self.cfg.batch_size]
+        for i in range(0, len(self.prompts), size):
+            batch = self.prompts[i : i + size]
             out += decode(self.lm.model, batch, config, self.lm.mask_id, self.lm.stop_ids, extras=extras)
         return out
 
-    def score(self, config: DecodeConfig, results: list[GenerationResult] | None = None) -> dict:
-        results = results or self.decode(config)
+    def score(self, config: DecodeConfig, results=None, extras=None) -> dict:
+        results = results or self.decode(config, extras)
         tokens = sum(len(r.tokens) for r in results)
         forwards = sum(r.forwards for r in results)
         bad = sum(deviation(self.lm, p, r.tokens) for p, r in zip(self.prompts, results))
@@ -123,7 +132,11 @@ def calibrate(
     def choose(method: str, field: str, values: tuple[float, ...]) -> float | None:
         best, best_rate = None, None
         for v in values:
-            row = scorer.score(dataclasses.replace(common, method=method, **{field: v}))
+            # What a decode with the adapter would read: the acceptance just fitted, the machine's cost
+            extras = {"calibration": fitted, "cost": cost, "lookup": LookupStats(), "memory": Memory()}
+            if cost is None:
+                del extras["cost"]
+            row = scorer.score(dataclasses.replace(common, method=method, **{field: v}), extras=extras)
             ok = row["deviation"] <= floor["deviation"] + cfg.target
             candidates.append({"method": method, "value": v, **row, "within_target": ok})
             bar.update()

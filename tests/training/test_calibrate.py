@@ -60,6 +60,35 @@ def test_calibrate_fits_acceptance_and_chooses_settings_within_the_target(traine
     assert result.adapter_sha256 == calibration.weights_sha256(lm.adapter)
 
 
+def test_adaptive_candidates_decode_alone_with_the_fitted_acceptance_and_the_cost(trained, monkeypatch):
+    """threshold runs spec's schedule: a batch would plan its steps as a batch, and without the fit
+    just made it would plan with raw confidences."""
+    from pardec.core.cost import StepCost
+    from pardec.training import calibrate as calibrate_mod
+
+    FLAT = StepCost((1, 32), (100,), 4, ((1.0, 1.0),), ((1.0, 1.0),), {})  # every shape costs an AR step
+
+    lm, prompts = trained
+    calls = []
+    real = calibrate_mod.decode
+
+    def spy(model, batch, config, mask_id, stop_ids=None, extras=None):
+        calls.append((config.method, len(batch), extras))
+        return real(model, batch, config, mask_id, stop_ids, extras=extras)
+
+    monkeypatch.setattr(calibrate_mod, "decode", spy)
+    cfg = CalibrateConfig(thresholds=(0.9,), gammas=(0.1,), max_new_tokens=12, batch_size=3)
+    result = calibrate(lm, prompts[:3], cfg, DecodeConfig(method="spec", block_size=4), FLAT, progress=False)
+    floor = [c for c in calls if c[0] == "spec"]
+    assert [n for _, n, _ in floor] == [3]  # the fixed shapes: one batch
+    threshold = [c for c in calls if c[0] == "threshold"]
+    assert [n for _, n, _ in threshold] == [1, 1, 1]
+    for _, _, extras in threshold:
+        assert extras["cost"] is FLAT
+        assert extras["calibration"].acceptance == result.acceptance  # the fit this run made
+    assert [n for m, n, _ in calls if m == "eb"] == [3]  # no schedule: batched
+
+
 def test_auto_settings_come_from_the_saved_calibration(trained):
     lm, prompts = trained
     auto = DecodeConfig(method="threshold", threshold=None, block_size=4, max_new_tokens=16)
