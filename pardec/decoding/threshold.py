@@ -53,8 +53,7 @@ class Threshold(Speculative):
         """Commit the confident prefix of the slots after `first` ([D, V] slots; `text`: the committed
         tokens at slots 0 .. first - 1) and make the rest the next drafts."""
         keep: list[int] = []
-        agrees = slots[:first].argmax(-1).tolist() == text[:first]
-        if agrees and first < len(slots):
+        if slots[:first].argmax(-1).tolist() == text:  # spec calls this with first < D only
             tokens, _ = self._choose(slots[first:])  # [D - first]
             conf = sampling.confidence(slots[first:], self.cfg.confidence).tolist()  # [D - first]
             while len(keep) < len(conf) and conf[len(keep)] >= self.cfg.threshold:

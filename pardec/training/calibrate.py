@@ -133,9 +133,8 @@ def calibrate(
         best, best_rate = None, None
         for v in values:
             # What a decode with the adapter would read: the acceptance just fitted, the machine's cost
-            extras = {"calibration": fitted, "cost": cost, "lookup": LookupStats(), "memory": Memory()}
-            if cost is None:
-                del extras["cost"]
+            extras = {"calibration": fitted, "lookup": LookupStats(), "memory": Memory()}
+            extras |= {} if cost is None else {"cost": cost}
             row = scorer.score(dataclasses.replace(common, method=method, **{field: v}), extras=extras)
             ok = row["deviation"] <= floor["deviation"] + cfg.target
             candidates.append({"method": method, "value": v, **row, "within_target": ok})
