@@ -12,8 +12,9 @@ HELP = "fit draft acceptance and choose threshold/eb settings for an adapter (--
 DESCRIPTION = (
     "Decode held-out prompts with spec (every draft verified) and fit each draft's acceptance "
     "probability from its confidence; then decode them with threshold and eb at each candidate "
-    "setting, and keep the fastest (by this machine's step cost) whose share of tokens that differ "
-    "from the model's own greedy choice stays within --target of lossless spec's. Writes "
+    "setting, and keep the fastest (by this machine's step cost) whose rate of severe deviations "
+    "(tokens the model finds at least e times less likely than its own greedy choice; bf16's "
+    "near-ties are not severe) stays within --target of lossless spec's. Writes "
     "calibration.json beside the adapter: adaptive spec plans with it, --threshold auto and "
     "--gamma auto read it."
 )
@@ -41,8 +42,8 @@ def add_arguments(p) -> None:
     p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens,
                    help=f"tokens per answer (default {d.max_new_tokens})")
     p.add_argument("--target", type=float, default=d.target,
-                   help="most share of generated tokens that may differ from the model's greedy choice, "
-                        f"above lossless spec's (default {d.target})")
+                   help="most severe deviations per generated token above lossless spec's (default "
+                        f"{d.target}: 1 in 20,000 tokens)")
     p.add_argument("--thresholds", default=",".join(map(str, d.thresholds)),
                    help="threshold candidates, safest first (default %(default)s)")
     p.add_argument("--gammas", default=",".join(map(str, d.gammas)),
@@ -97,12 +98,13 @@ def run(args) -> None:
     cost = step_cost.for_model(lm, D)
     result = calibrate(lm, [lm.encode(p["prompt"]) for p in prompts], cfg, base, cost)
     rep = result.report
-    print("| method | setting | TPF | deviation | predicted speedup | within target |")
-    print("|---|---|---|---|---|---|")
+    print("| method | setting | TPF | deviation | severe (per 1k) | predicted speedup | within target |")
+    print("|---|---|---|---|---|---|---|")
     for c in rep["candidates"]:
         within = {True: "yes", False: "no", None: "(floor)"}[c.get("within_target")]
         print(f"| {c['method']} | {c['value'] if c['value'] is not None else '-'} | {c['tpf']:.2f} | "
-              f"{c['deviation']:.4f} | {c.get('predicted_speedup') or '-'} | {within} |")  # fmt: skip
+              f"{c['deviation']:.4f} | {c['severe']} ({1000 * c['severe'] / max(c['tokens'], 1):.2f}) | "
+              f"{c.get('predicted_speedup') or '-'} | {within} |")  # fmt: skip
     print(f"chosen: threshold {result.threshold}, gamma {result.gamma}; acceptance fitted on "
           f"{rep['drafts_observed']} drafts")  # fmt: skip
     for method, flag, value in (
