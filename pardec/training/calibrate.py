@@ -40,7 +40,7 @@ class CalibrateConfig:
     # Most severe deviations per token above the lossless floor: 1 in 20,000 tokens is about one
     # answer in 100 of 200 tokens, where one such token often breaks code (benchmarks/calibrate-severe.md).
     target: float = 0.00005
-    thresholds: tuple[float, ...] = (0.99, 0.98, 0.95, 0.9, 0.85, 0.8, 0.7, 0.6)  # tried from the safest down
+    thresholds: tuple[float, ...] = (0.999, 0.995, 0.99, 0.98, 0.95, 0.9, 0.8, 0.7)  # tried from the safest down
     gammas: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.0)  # tried from the safest up
     methods: tuple[str, ...] = ("threshold", "eb")
     max_new_tokens: int = 256
