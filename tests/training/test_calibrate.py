@@ -103,6 +103,21 @@ def test_adaptive_candidates_decode_alone_with_the_fitted_acceptance_and_the_cos
     assert [n for m, n, _ in calls if m == "eb"] == [3]  # no schedule: batched
 
 
+def test_predicted_seconds_price_plain_steps_without_the_block():
+    """An adaptive decode's plain AR steps feed no slots: priced as AR steps, not block steps."""
+    from pardec.core.cost import StepCost
+    from pardec.decoding.engine import GenerationResult
+    from pardec.training.calibrate import _seconds
+
+    cost = StepCost((1, 32), (100,), 4, ((1.0, 1.0),), ((2.0, 2.0),), {})  # a block step: 2 AR steps
+    # The prompt with a block, a plain AR step, a block step after 2 drafts, two blocks (8 slots)
+    r = GenerationResult([5] * 9, 4, [3, 1, 3, 2], [10, 1, 7, 11], [4, 0, 4, 8], [], [], 0.0, "length")
+    assert _seconds([r], [[1] * 6], cost) == pytest.approx(2.0 + 1.0 + 2.0 + 2.0)
+    # 1 s a token fed, a block 1 s more; a second block's slots count as pending tokens
+    linear = StepCost((1, 3), (100,), 4, ((1.0, 3.0),), ((2.0, 4.0),), {})
+    assert _seconds([r], [[1] * 6], linear) == pytest.approx(7.0 + 1.0 + 4.0 + 8.0)
+
+
 def test_auto_settings_come_from_the_saved_calibration(trained):
     lm, prompts = trained
     auto = DecodeConfig(method="threshold", threshold=None, block_size=4, max_new_tokens=16)
