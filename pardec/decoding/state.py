@@ -16,7 +16,7 @@ class Row:
     forwards: int = 0
     accepted: list[int] = field(default_factory=list)  # tokens committed by each forward
     fed: list[int] = field(default_factory=list)  # tokens each forward fed for this row
-    slots: list[int] = field(default_factory=list)  # of those, block slots (0: no block)
+    slots: list[int] = field(default_factory=list)  # of those, block slots and branches (0: none)
     verified: list[tuple[tuple[float, ...], int]] = field(default_factory=list)  # see Update.predicted
     drafted: list[tuple[int, int]] = field(default_factory=list)  # (drafts fed, accepted) per forward
     seconds: float = 0.0
