@@ -58,9 +58,9 @@ def regret(lm: LoadedModel, prompt: list[int], tokens: list[int]) -> torch.Tenso
     the base model (gated adapters stay off without [MASK] inputs)."""
     if not tokens:
         return torch.zeros(0)
-    logp = text_logits(lm.model, prompt + tokens, len(prompt), lm.mask_id).log_softmax(-1).cpu()  # [n, V]
-    chosen = logp.gather(1, torch.tensor(tokens)[:, None])[:, 0]  # [n]
-    return (logp.max(-1).values - chosen).clamp_min(0.0)
+    logp = text_logits(lm.model, prompt + tokens, len(prompt), lm.mask_id).log_softmax(-1)  # [n, V]
+    chosen = logp.gather(1, torch.tensor(tokens, device=logp.device)[:, None])[:, 0]  # [n]
+    return (logp.max(-1).values - chosen).clamp_min(0.0).cpu()  # only [n] leaves the device
 
 
 def _seconds(results: list[GenerationResult], prompts: list[list[int]], cost: StepCost) -> float:
