@@ -24,9 +24,10 @@ class DecodeConfig:
     block_reach: float = 0.7
     draft_cutoff: float = 0.0  # spec, dflash: feed drafts while their confidences' product stays >= this
     # spec: choose per step how many drafts to feed, or a plain AR step, by the measured step cost and
-    # the drafts' calibrated acceptance (schedule.py); False: the fixed shapes below, every step
+    # the drafts' calibrated acceptance (schedule.py); eb: each block's size, or plain AR steps, by the
+    # cost and the entropies its blocks show (eb.py); False: the fixed shapes below, every step
     adaptive: bool = True
-    # spec with adaptive: the shortest block a step may feed; the schedule chooses each step's block
+    # spec, eb with adaptive: the shortest block a step may feed; the schedule chooses each step's block
     # size between this and block_size. None: the adapter's own (trained with block sizes sampled from
     # it), else always block_size (a shorter block than trained is out of distribution)
     min_block_size: int | None = None

@@ -90,6 +90,18 @@ def step_seconds(cost: StepCost, pending: int, context: int, block: bool | int, 
     return max(cost.seconds(others + mine, context) - cost.seconds(others, context), 1e-6)
 
 
+def batch_tokens(out) -> int:
+    """Tokens a step (its StepOutput) fed over the whole batch; 0 for one row, whose step is priced
+    whole rather than at the margin."""
+    B = out.pending_valid.shape[0]
+    return int(out.pending_valid.sum()) + out.block_logits.shape[1] * B if B > 1 else 0
+
+
+def others(batch_fed: int, row) -> int:
+    """Tokens the other rows fed last step (0 when the row decodes alone)."""
+    return max(0, batch_fed - (row.fed[-1] if row.fed else 0)) if batch_fed else 0
+
+
 def choose_slots(reach: list[float], min_slots: int, context: int, cost: StepCost, others: int = 0) -> int:
     """The block size in [min_slots, block_size] whose steady state commits the most tokens per
     second, for drafts reaching as far as `reach` (at least one) says and on at its mean ratio."""

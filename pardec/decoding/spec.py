@@ -206,13 +206,10 @@ class Speculative(Verifier):
                 st.alt_mass.append(sum(p for _, p in alts))
 
     def after_step(self, rows, out, keep, alive):
-        # Tokens the whole batch fed: what a row's choice shares the next step with.
-        B = out.pending_valid.shape[0]
-        self.batch_fed = int(out.pending_valid.sum()) + out.block_logits.shape[1] * B if B > 1 else 0
+        self.batch_fed = schedule.batch_tokens(out)  # what a row's choice shares the next step with
 
     def others(self, row) -> int:
-        """Tokens the other rows fed last step (0 when the row decodes alone)."""
-        return max(0, self.batch_fed - (row.fed[-1] if row.fed else 0)) if self.batch_fed else 0
+        return schedule.others(self.batch_fed, row)
 
     def before_step(self, rows):
         """Plan every row's step, then the batch's block size. In a batch every row pays for the

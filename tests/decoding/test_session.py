@@ -17,7 +17,7 @@ CONFIGS = [
     dict(method="spec", block_size=4, adaptive=False, tree=2, tree_depth=2),
     dict(method="threshold", block_size=4, threshold=0.5, adaptive=False),
     dict(method="threshold", block_size=4, threshold=0.5, adaptive=True),
-    dict(method="eb", block_size=4, gamma=1.0),
+    dict(method="eb", block_size=4, gamma=1.0, adaptive=False),  # adaptive: the batch's block size
 ]
 
 
