@@ -49,7 +49,8 @@ def add_arguments(p) -> None:
     p.add_argument("--gammas", default=",".join(map(str, d.gammas)),
                    help="eb candidates, safest first (default %(default)s)")
     p.add_argument("--methods", default=",".join(d.methods),
-                   help="lossy methods to choose settings for: threshold, eb, both or none ('')")
+                   help="lossy methods to choose settings for: threshold, eb, both or none (''); a "
+                        "method left out keeps what an earlier calibration of these weights chose")
     p.add_argument("--block-size", type=int, default=None,
                    help="D (default: the adapter's trained block size)")
     p.add_argument("--batch-size", type=int, default=d.batch_size,
@@ -102,7 +103,8 @@ def run(args) -> None:
     print("|---|---|---|---|---|---|---|")
     for c in rep["candidates"]:
         within = {True: "yes", False: "no", None: "(floor)"}[c.get("within_target")]
-        print(f"| {c['method']} | {c['value'] if c['value'] is not None else '-'} | {c['tpf']:.2f} | "
+        method = c["method"] + (" (earlier run, kept)" if c.get("earlier") else "")
+        print(f"| {method} | {c['value'] if c['value'] is not None else '-'} | {c['tpf']:.2f} | "
               f"{c['deviation']:.4f} | {c['severe']} ({1000 * c['severe'] / max(c['tokens'], 1):.2f}) | "
               f"{c.get('predicted_speedup') or '-'} | {within} |")  # fmt: skip
     print(f"chosen: threshold {result.threshold}, gamma {result.gamma}; acceptance fitted on "

@@ -27,6 +27,7 @@ from tqdm import tqdm
 from ..core.cost import StepCost
 from ..core.scoring import text_logits
 from ..decoding import METHODS, DecodeConfig, decode
+from ..decoding.eb import EntropyBounded
 from ..decoding.engine import GenerationResult
 from ..decoding.lookup import LookupStats
 from ..decoding.schedule import Memory
@@ -92,7 +93,9 @@ class _Scorer:
     def decode(self, config: DecodeConfig, extras=None) -> list[GenerationResult]:
         # An adaptive schedule prices a batch's steps as a batch (plain AR steps where one row's drafts
         # would pay): one prompt at a time, as a request decodes alone.
-        adaptive = config.adaptive and issubclass(METHODS[config.method].policy, Speculative)
+        adaptive = config.adaptive and issubclass(
+            METHODS[config.method].policy, (Speculative, EntropyBounded)
+        )
         size = 1 if adaptive else self.cfg.batch_size
         out = []
         for i in range(0, len(self.prompts), size):
@@ -165,8 +168,23 @@ def calibrate(
                 best, best_rate = v, rate
         return best
 
-    threshold = choose("threshold", "threshold", cfg.thresholds) if "threshold" in cfg.methods else None
-    gamma = choose("eb", "gamma", cfg.gammas) if "eb" in cfg.methods else None
+    def earlier(method: str, field: str) -> float | None:
+        """What an earlier calibration of these weights chose for a method this run leaves alone, and
+        its candidates (measured with that run's acceptance fit), so that calibrating one method does
+        not discard the other's setting."""
+        kept = lm.calibration
+        if kept is None:
+            return None
+        candidates.extend(
+            {**c, "earlier": True} for c in kept.report.get("candidates", ()) if c["method"] == method
+        )
+        return getattr(kept, field)
+
+    if "threshold" in cfg.methods:
+        threshold = choose("threshold", "threshold", cfg.thresholds)
+    else:
+        threshold = earlier("threshold", "threshold")
+    gamma = choose("eb", "gamma", cfg.gammas) if "eb" in cfg.methods else earlier("eb", "gamma")
     bar.close()
     predicted = [tuple(fitted.reach(torch.tensor(r)).tolist()) for r, _ in verified]
     report = {

@@ -100,7 +100,28 @@ def test_adaptive_candidates_decode_alone_with_the_fitted_acceptance_and_the_cos
     for _, _, extras in threshold:
         assert extras["cost"] is FLAT
         assert extras["calibration"].acceptance == result.acceptance  # the fit this run made
-    assert [n for m, n, _ in calls if m == "eb"] == [3]  # no schedule: batched
+    eb = [c for c in calls if c[0] == "eb"]
+    assert [n for _, n, _ in eb] == [1, 1, 1] and all(extras["cost"] is FLAT for _, _, extras in eb)
+
+
+def test_calibrating_one_method_keeps_the_others_earlier_setting(trained):
+    lm, prompts = trained
+    fitted = calibration.fit(torch.rand(50), torch.rand(50) < 0.5, calibration.weights_sha256(lm.adapter))
+    earlier = {
+        "candidates": [{"method": "threshold", "value": 0.77, "tpf": 1.5}, {"method": "eb", "value": 0.2}]
+    }
+    calibration.save(lm.adapter, dataclasses.replace(fitted, threshold=0.77, gamma=0.2, report=earlier))
+    try:
+        cfg = CalibrateConfig(gammas=(0.1,), methods=("eb",), max_new_tokens=12)
+        base = DecodeConfig(method="spec", block_size=4)
+        result = calibrate(dataclasses.replace(lm), prompts[:2], cfg, base, cost=None, progress=False)
+    finally:
+        (lm.adapter / calibration.FILE).unlink()
+    assert result.threshold == 0.77  # left alone, as the earlier run chose it
+    kept = [c for c in result.report["candidates"] if c["method"] == "threshold"]
+    assert kept == [{"method": "threshold", "value": 0.77, "tpf": 1.5, "earlier": True}]
+    tried = [c for c in result.report["candidates"] if c["method"] == "eb"]
+    assert [c["value"] for c in tried] == [0.1] and "earlier" not in tried[0]  # calibrated afresh
 
 
 def test_predicted_seconds_price_plain_steps_without_the_block():
