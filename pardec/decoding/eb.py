@@ -12,7 +12,7 @@ surer, so an online ratio of observed to predicted forwards corrects it). The bl
 for one forward with m pending tokens and m slots, then forwards with m slots alone; the row takes the
 m in [min_block_size, block_size] with the most tokens per second. Where no m beats a plain AR step
 (1 token for an AR step's cost), and the last block did not either, the row decodes plain AR steps
-(1, 2, 4, ... up to MAX_BACKOFF, doubling until a block pays again), then probes with a block for
+(1, 2, 4, ... up to 128, doubling until a block pays again), then probes with a block for
 fresh entropies. Rows of a batch feed one block size, chosen only when no row is inside a block, so a
 row's output may differ from what it decodes alone (eb's output depends on its blocks).
 """
@@ -30,7 +30,6 @@ from .policy import Method, Policy, register
 from .state import Update
 from .threshold import calibrated
 
-MAX_BACKOFF = 128  # most plain AR steps before a probe
 PRIOR = 2.0  # pseudo-forwards of the prior (observed = predicted)
 
 
@@ -122,7 +121,7 @@ class EntropyBounded(Policy):
                 st.expect = self._forwards(st, self.width)
                 continue
             run = st.backoff
-            st.ar, st.ar_left, st.backoff = True, run - 1, min(2 * run, MAX_BACKOFF)
+            st.ar, st.ar_left, st.backoff = True, run - 1, min(2 * run, schedule.MAX_BACKOFF)
             st.entropy = None if run == 1 else st.entropy
 
     def blocks(self, row):

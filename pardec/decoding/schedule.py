@@ -46,6 +46,7 @@ from ..core.cost import StepCost
 PRIOR = 2.0  # pseudo-drafts of the calibration's prior (predicted = observed)
 EMA = 0.3  # weight of the latest block step in the realized rate
 PROBE_OVERHEAD = 0.05  # most share of an AR run's time its closing probe's extra cost may add
+MAX_BACKOFF = 128  # most plain AR steps between two probes (where blocks keep failing to pay)
 
 
 @dataclass

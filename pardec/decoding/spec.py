@@ -46,7 +46,6 @@ from .policy import Method, register
 from .state import Row, Update
 from .verifier import Drafts, Verifier
 
-MAX_BACKOFF = 128  # most plain AR steps between two probes (where blocks keep failing to pay)
 PRIOR_TOKENS = 2.0  # tokens a row's block step is taken to commit before it has done one
 
 
@@ -241,7 +240,7 @@ class Speculative(Verifier):
                 len(st.tokens),
                 len(row.committed),
                 self.cost,
-                MAX_BACKOFF,
+                schedule.MAX_BACKOFF,
                 st.plan.others,
                 self.cfg.min_block_size,
             )
