@@ -45,7 +45,7 @@ def bench(opts: BenchOptions) -> BenchResult:
     )
     specs = parse_methods(opts.methods, base)
     # Each method's own adapter is checked before any model loads, so a bad path fails fast.
-    own_paths = {s.adapter for s in specs if s.adapter is not None}
+    own_paths = {s.adapter for s in specs if s.adapter not in (None, "none")}  # none: the bare model
     for path in own_paths:
         checkpoint.read_settings(path)
     own_keys = {(s.adapter, s.quant) for s in specs if s.adapter is not None or s.quant != "none"}

@@ -105,6 +105,18 @@ def test_method_specs_parse_and_reject_nonsense():
     assert [s.adapter for s in own] == [None, "runs/a=b", "runs/c"] and own[1].config.block_size == 6
 
 
+def test_a_method_may_decode_the_bare_model_beside_the_runs_adapter(tiny_dir, tmp_path, capsys):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "hello world"}) + "\n")
+    out = tmp_path / "out"
+    code = main(f"bench --model {tiny_dir} --dtype float32 --task jsonl:{prompts} --max-new-tokens 6 "
+                f"--out {out} --methods ar,spec@adapter=none@adaptive=false".split())  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    recs = {r["method"]: r for r in json.loads((out / "results.json").read_text())["records"]}
+    assert recs["spec@adapter=none@adaptive=false"]["adapter"] == "none"
+    assert recs["spec@adapter=none@adaptive=false"]["identical_to_ar"] == 1.0
+
+
 def test_a_method_with_an_adapter_of_its_own_decodes_with_that_model(tiny_dir):
     from pardec.bench.methods import make_runners
     from pardec.bench.run import run_bench
