@@ -223,6 +223,11 @@ def for_model(lm, block_size: int, refresh: bool = False) -> StepCost:
 _MEASURED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {block size: StepCost}
 
 
+def given_or_measured(extras, model, mask_id: int, block_size: int) -> StepCost:
+    """The StepCost a method's extras carry (from `for_model`), else this process's measurement."""
+    return (extras or {}).get("cost") or measured(model, mask_id, block_size)
+
+
 def measured(model, mask_id: int, block_size: int) -> StepCost:
     """This process's measurement for a model object (decode without a cost from `for_model`): once
     per model and block size, kept only as long as the model lives."""

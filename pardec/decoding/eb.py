@@ -41,7 +41,7 @@ class Reveal:
     ar: bool = False  # this step is a plain AR step
     ar_left: int = 0  # plain AR steps still to decode before the probe
     backoff: int = 1  # AR steps after the next fall-back
-    expect: float = 0.0  # forwards predicted for the block being filled (0: not predicted, a probe)
+    expect: int = 0  # forwards predicted for the block being filled, uncorrected (0: a probe)
     forwards: int = 0  # forwards the block being filled has taken
     seconds: float = 0.0  # and what they cost
     predicted: float = 0.0  # over finished predicted blocks: forwards predicted
@@ -67,24 +67,29 @@ def forwards_needed(entropy: list[float], gamma: float) -> int:
 
 
 class EntropyBounded(Policy):
+    batch_priced = True
+
     def __init__(self, config, mask_id, generator, model=None, extras=None):
         super().__init__(config, mask_id, generator, model, extras)
         if config.gamma is None:
             raise PardecError("eb's gamma 'auto' is resolved by api.configure from the adapter's calibration")
         self.cost = None  # a StepCost when adaptive
         if config.adaptive:
-            self.cost = (extras or {}).get("cost") or step_cost.measured(model, mask_id, config.block_size)
+            self.cost = step_cost.given_or_measured(extras, model, mask_id, config.block_size)
         self.width = config.block_size  # slots of every block the batch feeds
         self.batch_fed = 0  # tokens the last step fed over the whole batch (0: one row)
 
     def new_state(self):
         return Reveal()
 
+    def _predicted(self, st: Reveal, m: int) -> int:
+        """Forwards a block of m slots would take on the last block's entropies (the last one carried
+        on past the ones seen), before the online correction."""
+        return forwards_needed(st.entropy[:m] + st.entropy[-1:] * (m - len(st.entropy)), self.cfg.gamma)
+
     def _forwards(self, st: Reveal, m: int) -> float:
-        """Forwards a block of m slots is predicted to take (the last entropy carried on past the
-        ones seen)."""
-        ent = st.entropy[:m] + st.entropy[-1:] * (m - len(st.entropy))
-        return max(1.0, forwards_needed(ent, self.cfg.gamma) * st.scale)
+        """Forwards a block of m slots is expected to take."""
+        return max(1.0, self._predicted(st, m) * st.scale)
 
     def _rate(self, row, m: int) -> float:
         """Tokens per second of a block of m slots, in this row's steady state."""
@@ -109,7 +114,7 @@ class EntropyBounded(Policy):
             self.width = max(range(lo, self.cfg.block_size + 1), key=rate)
         for row in starting:
             st: Reveal = row.state
-            st.ar, st.expect = False, 0.0
+            st.ar, st.expect = False, 0
             if st.ar_left > 0:  # inside an AR run; the step after it is a probe
                 st.ar_left -= 1
                 st.ar = True
@@ -118,7 +123,7 @@ class EntropyBounded(Policy):
             if not st.entropy:
                 continue  # a probe: a block for fresh entropies, not judged
             if self._rate(row, self.width) >= self._ar_rate(row) or st.paid:
-                st.expect = self._forwards(st, self.width)
+                st.expect = self._predicted(st, self.width)
                 continue
             run = st.backoff
             st.ar, st.ar_left, st.backoff = True, run - 1, min(2 * run, schedule.MAX_BACKOFF)
@@ -177,7 +182,7 @@ class EntropyBounded(Policy):
         """A block is done: its forwards against the prediction, and whether it paid."""
         st: Reveal = row.state
         if st.expect:
-            st.predicted += st.expect / st.scale  # the uncorrected prediction
+            st.predicted += st.expect
             st.observed += st.forwards
         st.paid = m / st.seconds >= self._ar_rate(row)
         if st.paid:

@@ -23,6 +23,9 @@ from .state import Row, Update
 class Policy:
     hidden_states: bool = False  # the step returns every layer's output at the pending slots
     joinable: bool = True  # rows may join a running batch (per-row state only, nothing batch-wide)
+    # With `adaptive`, plans each row's step from the step cost, priced as the batch's: a row decoded
+    # in a batch may take other steps than alone
+    batch_priced: bool = False
 
     def __init__(
         self,

@@ -99,11 +99,13 @@ def _one_hot(tokens: list[int], like: torch.Tensor) -> torch.Tensor:
 
 
 class Speculative(Verifier):
+    batch_priced = True
+
     def __init__(self, config, mask_id, generator, model=None, extras=None):
         super().__init__(config, mask_id, generator)
         self.cost = None  # a StepCost when adaptive
         if config.adaptive:
-            self.cost = (extras or {}).get("cost") or step_cost.measured(model, mask_id, config.block_size)
+            self.cost = step_cost.given_or_measured(extras, model, mask_id, config.block_size)
         self.calibration = (extras or {}).get("calibration")  # a model.calibration.Calibration or None
         self.memory = (extras or {}).get("memory") or schedule.Memory()  # shared across calls if given
         self.batch_fed = 0  # tokens the last step fed over the whole batch (0: one row)

@@ -27,11 +27,9 @@ from tqdm import tqdm
 from ..core.cost import StepCost
 from ..core.scoring import text_logits
 from ..decoding import METHODS, DecodeConfig, decode
-from ..decoding.eb import EntropyBounded
 from ..decoding.engine import GenerationResult
 from ..decoding.lookup import LookupStats
 from ..decoding.schedule import Memory
-from ..decoding.spec import Speculative
 from ..model import LoadedModel
 from ..model import calibration as cal
 
@@ -93,9 +91,7 @@ class _Scorer:
     def decode(self, config: DecodeConfig, extras=None) -> list[GenerationResult]:
         # An adaptive schedule prices a batch's steps as a batch (plain AR steps where one row's drafts
         # would pay): one prompt at a time, as a request decodes alone.
-        adaptive = config.adaptive and issubclass(
-            METHODS[config.method].policy, (Speculative, EntropyBounded)
-        )
+        adaptive = config.adaptive and METHODS[config.method].policy.batch_priced
         size = 1 if adaptive else self.cfg.batch_size
         out = []
         for i in range(0, len(self.prompts), size):
