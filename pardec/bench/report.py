@@ -130,10 +130,12 @@ def memory_line(memory: dict) -> str:
 
 
 def lookup_lines(label: str, table: dict) -> str:
-    """A method's looked-up drafts: per match length, accepted of those that were tried (accepted plus
-    the first failure) by relation to the block's drafts, and the learned rate."""
+    """A method's looked-up drafts: per level (match length; a datastore's support), accepted of those
+    that were tried (accepted plus the first failure) by relation to the block's drafts, and the learned
+    rate."""
+    level = next(iter(table), "match").partition(">=")[0]
     rows = [f"{label}: looked-up drafts accepted / decided (learned rate), by relation to the block's draft",
-            "", "| match | agree | disagree | alone |", "|---|---|---|---|"]  # fmt: skip
+            "", f"| {level} | agree | disagree | alone |", "|---|---|---|---|"]  # fmt: skip
     for match, rels in table.items():
         cells = [f"{r['accepted']:.0f} / {r['accepted'] + r['rejected']:.0f} ({r['rate']:.2f})"
                  for r in rels.values()]  # fmt: skip

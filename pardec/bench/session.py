@@ -87,6 +87,8 @@ def bench(opts: BenchOptions) -> BenchResult:
     # What each method learned of its looked-up drafts' acceptance over the run.
     lookups = {s.label: r.extras["lookup"].to_json() for s, r in zip(specs, runners)
                if "lookup" in getattr(r, "extras", {}) and s.config.lookup}  # fmt: skip
+    lookups |= {f"{s.label} (datastore)": r.extras["store_lookup"].to_json() for s, r in zip(specs, runners)
+                if "store_lookup" in getattr(r, "extras", {}) and s.config.datastore}  # fmt: skip
     write(result, out, opts.command, None if lm.adapter is None else str(lm.adapter), cost, memory, lookups)
     progress.unlink()  # samples.jsonl now holds every run
     return result

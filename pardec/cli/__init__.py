@@ -9,11 +9,23 @@ import importlib.util
 import sys
 
 from ..errors import PardecError
-from . import bench, calibrate, distill, eval_tasks, export, generate, models, profile, retrofit, serve
+from . import (
+    bench,
+    calibrate,
+    datastore,
+    distill,
+    eval_tasks,
+    export,
+    generate,
+    models,
+    profile,
+    retrofit,
+    serve,
+)
 
 COMMANDS = {"generate": generate, "bench": bench, "profile": profile, "calibrate": calibrate,
-            "serve": serve, "distill": distill, "retrofit": retrofit, "export": export,
-            "models": models, "eval-tasks": eval_tasks}  # fmt: skip
+            "serve": serve, "distill": distill, "datastore": datastore, "retrofit": retrofit,
+            "export": export, "models": models, "eval-tasks": eval_tasks}  # fmt: skip
 if importlib.util.find_spec("pardec.methods.dflash") is not None:  # a method plug-in, with its trainer
     from . import train_drafter
 

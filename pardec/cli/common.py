@@ -180,6 +180,10 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
                         "(the tokens that followed an earlier occurrence of the last few); they replace the "
                         "block's drafts where more are expected to be accepted, the other candidate fed as "
                         f"a branch where it pays; lossless (default {d.lookup}; 0: block drafts only)")
+    p.add_argument("--datastore", action=argparse.BooleanOptionalAction, default=d.datastore,
+                   help="spec, threshold: also look drafts up in the datastore of the model's own answers "
+                        "(`pardec datastore`), where the adapter's folder or the packaged model has one; the "
+                        f"--lookup cap holds for them; lossless (default {'on' if d.datastore else 'off'})")
     p.add_argument("--gamma", type=auto_or_float, default=d.gamma,
                    help="eb: entropy budget in nats per forward, or 'auto': the one `pardec calibrate` "
                         f"chose for the adapter (default {d.gamma})")
@@ -210,6 +214,7 @@ def decode_config(args):
         tree=args.tree,
         tree_depth=args.tree_depth,
         lookup=args.lookup,
+        datastore=args.datastore,
         temperature=args.temperature,
         top_p=args.top_p,
         seed=args.seed,

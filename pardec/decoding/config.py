@@ -39,6 +39,9 @@ class DecodeConfig:
     # the block's drafts where more of them are expected to be accepted, and the other candidate is
     # fed as a branch where it pays (0: block drafts only)
     lookup: int = 32
+    # spec: also look drafts up in the datastore of the model's own answers (model/datastore.py) where
+    # the adapter or the packaged model has one; the lookup cap holds for them too
+    datastore: bool = True
     temperature: float = 0.0  # 0 = greedy
     top_p: float = 1.0
     seed: int | None = None
@@ -69,6 +72,8 @@ class DecodeConfig:
             raise PardecError(f"tree depth must be an integer >= 0, got {self.tree_depth}")
         if not isinstance(self.lookup, int) or not 0 <= self.lookup <= 64:
             raise PardecError(f"lookup must be an integer in [0, 64], got {self.lookup}")
+        if not isinstance(self.datastore, bool):
+            raise PardecError(f"datastore must be true or false, got {self.datastore!r}")
         if not isinstance(self.adaptive, bool):
             raise PardecError(f"adaptive must be true or false, got {self.adaptive!r}")
         if self.min_block_size is not None and (

@@ -52,9 +52,8 @@ PRIOR_TOKENS = 2.0  # tokens a row's block step is taken to commit before it has
 @dataclass
 class SpecDrafts(Drafts):
     plan: schedule.Plan = field(default_factory=schedule.Plan)  # with `adaptive`
-    look: list[int] = field(default_factory=list)  # drafts looked up for this step
-    match: int = 0  # the length of the match they were looked up by
-    rels: list[int] = field(default_factory=list)  # each one's relation to the block's draft there
+    looked: list[lookup.Looked] = field(default_factory=list)  # every source's drafts for this step
+    look: list[int] = field(default_factory=list)  # the looked-up candidate's drafts (the best source's)
     from_lookup: bool = False  # the chain is the looked-up drafts (else the block's)
     # The other candidate from where it parts from the chain: the fork (a chain draft's index), its
     # tokens there on, the proposals of those after the first (sampling), its expected extra tokens
@@ -112,6 +111,8 @@ class Speculative(Verifier):
         self.batch_ar = False  # this step is a plain AR step for the whole batch
         self.width = config.block_size  # slots of each block this step feeds
         self.lookup_stats = (extras or {}).get("lookup") or lookup.LookupStats()  # shared if given
+        self.store = (extras or {}).get("datastore") if config.datastore else None
+        self.store_stats = (extras or {}).get("store_lookup") or lookup.LookupStats.for_store()
         # Every branch is fed at one width, so that rows of a batch feed blocks of one shape.
         self.branch_width = 1 + config.tree_depth
         if config.lookup:
@@ -132,33 +133,50 @@ class Speculative(Verifier):
             or (self.cfg.block_at is None and self.cfg.block_reach > 0)
         )
 
+    def candidates(self, row) -> list[lookup.Looked]:
+        """Drafts looked up for the row's next tokens: in its own text, and in the datastore of the
+        model's own answers."""
+        out = []
+        drafts, match = lookup.propose(row.committed, self.cfg.lookup)
+        if drafts:
+            out.append(lookup.Looked(drafts, [match] * len(drafts), self.lookup_stats))
+        if self.store is not None:
+            drafts, support, _ = self.store.propose(row.committed, self.cfg.lookup)
+            if drafts:
+                out.append(lookup.Looked(drafts, lookup.support_levels(support), self.store_stats))
+        return out
+
     def look_up(self, row) -> None:
-        """Look drafts up in the row's text, and make them the chain where more of them are expected
-        to be accepted than of the block's; the candidate not chosen is kept, from where the two
-        part, as the step's possible branch."""
+        """Look drafts up, and make the looked-up candidate worth most the chain where it is worth more
+        than the block's drafts; the candidate not chosen is kept, from where the two part, as the
+        step's possible branch."""
         st: SpecDrafts = row.state
         st.other, st.other_probs, st.other_fed, st.from_lookup = None, None, False, False
-        st.look, st.match = lookup.propose(row.committed, self.cfg.lookup)
-        if not st.look:
+        st.looked, st.look = self.candidates(row), []
+        if not st.looked:
             return
         block = list(st.tokens)
         # Relations to the block's most likely tokens (its drafts when greedy), not to the drafts it
         # drew when sampling: a chain chosen by the draws would bias what verification accepts.
         modes = block if st.probs is None else st.probs.argmax(-1).tolist()
-        st.rels = lookup.relations(st.look, modes)
-        look_reach = self.lookup_stats.reach(st.match, st.rels)
-        if self.cfg.draft_cutoff > 0:  # the cutoff holds for looked-up drafts as for the block's
-            keep = sum(r >= self.cfg.draft_cutoff for r in look_reach)
-            st.look, st.rels, look_reach = st.look[:keep], st.rels[:keep], look_reach[:keep]
-            if not st.look:
-                return
+        best, look_reach, best_worth = None, [], -1.0
+        for cand in st.looked:
+            reach = cand.relate(modes)
+            if self.cfg.draft_cutoff > 0:  # the cutoff holds for looked-up drafts as for the block's
+                reach = reach[: sum(r >= self.cfg.draft_cutoff for r in reach)]
+            worth = self._worth(row, reach)
+            if reach and worth > best_worth:
+                best, look_reach, best_worth = cand, reach, worth
+        if best is None:
+            return
+        st.look = best.drafts[: len(look_reach)]
         scale = st.plan.scale if self.cost is not None else 1.0
         block_reach = [] if st.predicted is None else [min(1.0, x * scale) for x in st.predicted.tolist()]
         c = 0
         while c < min(len(block), len(st.look)) and block[c] == st.look[c]:
             c += 1
         st.other_at = c
-        if self._worth(row, look_reach) > self._worth(row, block_reach):
+        if best_worth > self._worth(row, block_reach):
             if c < len(block) and c < len(st.look):
                 st.other, st.other_probs = block[c:], None if st.probs is None else st.probs[c + 1 :]
                 st.other_gain = _branch_gain(look_reach, block_reach, c)
@@ -388,8 +406,8 @@ class Speculative(Verifier):
         predicted, fed, fork = st.predicted, len(st.tokens), st.fork
         extra = 0 if fork is None else self.branch_tokens(row)
         n, commit, path = self._verify_tree(row, ntp, block)
-        if st.look:
-            self.lookup_stats.record(st.match, st.look, commit, st.rels)
+        for cand in st.looked:
+            cand.record(commit)
         if st.from_lookup:  # the block's calibration and its reliability hold block drafts only
             predicted = None
         shown = None if predicted is None or not fed else tuple(predicted[:fed].tolist())
@@ -432,6 +450,8 @@ def prepare(lm, config, sets_block_size: bool, options: dict):
     """The adapter's calibration, and with `adaptive` this machine's step cost for the model (measured
     once and cached) and the schedule's memory across the requests decoded with these extras."""
     extras = {"calibration": lm.calibration, "lookup": lookup.LookupStats()}
+    if config.lookup and config.datastore and lm.datastore is not None:
+        extras |= {"datastore": lm.datastore, "store_lookup": lookup.LookupStats.for_store()}
     if config.adaptive:
         extras["cost"] = step_cost.for_model(lm, config.block_size)
         extras["memory"] = schedule.Memory()

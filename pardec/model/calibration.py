@@ -18,6 +18,8 @@ from pathlib import Path
 
 import torch
 
+from .datastore import FILE as DATASTORE_FILE
+
 FILE = "calibration.json"
 FORMAT = 1
 EDGES = tuple(round(0.05 * i, 2) for i in range(1, 21))  # upper edges of 20 confidence bins
@@ -124,9 +126,11 @@ def reliability(steps: list[tuple[tuple[float, ...], int]], bins: int = 10) -> l
 
 
 def weights_sha256(adapter: Path) -> str:
+    """Of the adapter's weights: a datastore beside them (model/datastore.py) changes no confidence."""
     h = hashlib.sha256()
     for f in sorted(adapter.glob("*.safetensors")):
-        h.update(f.read_bytes())
+        if f.name != DATASTORE_FILE:
+            h.update(f.read_bytes())
     return h.hexdigest()
 
 

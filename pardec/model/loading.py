@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from ..errors import PardecError
-from . import calibration, chat, checkpoint
+from . import calibration, chat, checkpoint, datastore
 from . import quant as quantization
 from .packaged import DEFAULT_MODEL, PACKAGED, assemble_gguf
 from .surgery import add_mask_token
@@ -172,6 +172,14 @@ class LoadedModel:
     def calibration(self) -> calibration.Calibration | None:
         """What the adapter's confidences mean (`pardec calibrate`), if it was calibrated."""
         return calibration.load(self.adapter)
+
+    @cached_property
+    def datastore(self) -> datastore.Datastore | None:
+        """The store of the model's own answers that spec looks drafts up in (model/datastore.py)."""
+        path = datastore.locate(self.name, self.adapter)
+        return (
+            None if path is None else datastore.load(path, self.model.get_input_embeddings().num_embeddings)
+        )
 
     @property
     def base_sha256(self) -> str | None:

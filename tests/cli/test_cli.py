@@ -373,3 +373,44 @@ def test_calibrate_writes_beside_the_adapter_and_auto_settings_read_it(
     with pytest.raises(SystemExit) as exit_:  # argparse's own usage error
         run_cli(capsys, *gen, "--threshold", "high")
     assert exit_.value.code == 2 and "expected a number or 'auto'" in capsys.readouterr().err
+
+
+def test_a_datastore_of_the_models_own_answers_beside_the_adapter_cuts_forwards(
+    tiny_dir, capsys, tmp_path, monkeypatch
+):
+    from pardec.model import datastore
+    from pardec.tasks import mtbench
+
+    monkeypatch.setenv("PARDEC_CACHE", str(tmp_path / "cache"))
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"prompt": "the cat", "response": "sat on the mat and ran far"}) + "\n"
+                            for _ in range(4)))  # fmt: skip
+    ck = tmp_path / "ck"
+    code, _, err = run_cli(capsys, "retrofit", "--model", tiny_dir, "--data", str(data), "--dtype",
+                           "float32", "--heldout", "1", "--steps", "1", "--eval-every", "1", "--rank", "4",
+                           "--alpha", "8", "--block-size", "3", "--out", str(ck))  # fmt: skip
+    assert code == 0, err
+    # Few tokens: the tiny model's context leaves spec (drafts and a block past the text) room for 21.
+    gen = ["generate", "--model", tiny_dir, "--adapter", str(ck), "--dtype", "float32", "--max-new-tokens",
+           "16", "--json", "--no-adaptive"]  # fmt: skip
+    code, out, err = run_cli(capsys, *gen, "--method", "ar", "--prompt", "hello world")
+    answer = json.loads(out)["text"]
+    rows = [
+        {"prompt": "hello world", "response": answer},
+        {"prompt": "a", "response": mtbench.items()[0].prompt},
+    ]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, _, err = run_cli(capsys, "datastore", "--model", tiny_dir, "--data", str(data), "--out", str(ck))
+    assert code == 0, err
+    assert "1 rows left out as overlapping a benchmark" in err
+    assert datastore.meta(ck / datastore.FILE)["answers"] == 1
+    runs = {}
+    for flag in ("--datastore", "--no-datastore"):
+        code, out, err = run_cli(capsys, *gen, "--prompt", "hello world", flag)
+        assert code == 0, err
+        runs[flag] = json.loads(out)
+    assert runs["--datastore"]["text"] == runs["--no-datastore"]["text"] == answer
+    assert runs["--datastore"]["forwards"] < runs["--no-datastore"]["forwards"]
+    data.write_text(json.dumps(rows[1]) + "\n")
+    code, _, err = run_cli(capsys, "datastore", "--model", tiny_dir, "--data", str(data), "--out", str(ck))
+    assert code == 2 and "no answers left" in err

@@ -14,6 +14,7 @@ from pardec.decoding import DecodeConfig, decode
 from pardec.decoding import lookup as lookup_module
 from pardec.decoding import spec as spec_module
 from pardec.decoding.lookup import ALONE, PRIOR_RATE, LookupStats, propose
+from pardec.model import datastore
 
 
 @pytest.mark.parametrize(
@@ -218,7 +219,7 @@ def test_sampling_stays_exact_when_the_chain_follows_agreement(small_vocab_model
 
     def look_up(self, row):
         original(self, row)
-        if row.state.look and row.state.rels[0] != ALONE:  # the block drafted too
+        if row.state.look and row.state.looked[0].rels[0] != ALONE:  # the block drafted too
             chains.append(row.state.from_lookup)
 
     monkeypatch.setattr(spec_module.Speculative, "look_up", look_up)
@@ -298,3 +299,89 @@ def test_copies_decode_exactly_ar_in_plain_steps_where_blocks_are_dear(counting)
     config = DecodeConfig(method="spec", block_size=4, lookup=16, adaptive=True, max_new_tokens=20)
     got = decode(model, [prompt], config, mask_id, extras={"cost": linear_cost(per_token=0.05, block=3.0)})[0]
     assert got.tokens == ar.tokens and got.forwards <= 6
+
+
+def test_store_stats_pool_each_draft_by_its_own_support():
+    stats = LookupStats.for_store()
+    levels = lookup_module.support_levels([0.95, 0.4, 0.1])  # -> 95, 40, 10 percent
+    assert levels == [95, 40, 10]
+    rates = [stats.rate(level) for level in levels]
+    assert rates == pytest.approx([lookup_module.STORE_PRIOR_RATE[ALONE][b] for b in (3, 1, 0)])
+    assert stats.reach(levels, [ALONE] * 3) == pytest.approx(
+        [rates[0], rates[0] * rates[1], rates[0] * rates[1] * rates[2]]
+    )
+    for _ in range(20):  # the sure draft right, the one after it wrong
+        stats.record(levels, [5, 6, 7], [5, 9, 7])
+    assert stats.rate(95) > rates[0] and stats.rate(40) < rates[1]
+    assert stats.rate(10) == pytest.approx(rates[2])  # never decided: a failure ends the run before it
+    assert list(stats.to_json()) == ["support%>=0", "support%>=30", "support%>=60", "support%>=90"]
+
+
+# ---------------------------------------------------------------- drafts from the datastore
+
+
+def store_chains(monkeypatch) -> list[bool]:
+    """Per step with looked-up drafts: whether the chain is the datastore's."""
+    chains, original = [], spec_module.Speculative.look_up
+
+    def look_up(self, row):
+        original(self, row)
+        st = row.state
+        if st.looked:
+            store = [c.drafts for c in st.looked if c.stats is self.store_stats]
+            chains.append(st.from_lookup and bool(store) and store[0][: len(st.look)] == st.look)
+
+    monkeypatch.setattr(spec_module.Speculative, "look_up", look_up)
+    return chains
+
+
+def test_drafts_from_the_datastore_commit_in_fewer_forwards_and_stay_exactly_ar(counting, monkeypatch):
+    """The counting model's own kind of text in the store, a prompt that never repeats itself: the
+    in-context lookup finds nothing, the store finds the count."""
+    model, mask_id = counting
+    store = datastore.build([[(s + i) % 32 for i in range(40)] for s in range(0, 32, 3)])
+    prompt = [4, 5, 6]
+    ar = run(model, mask_id, [prompt], method="ar", max_new_tokens=20)[0]
+    assert ar.tokens[:5] == [7, 8, 9, 10, 11]
+    chains = store_chains(monkeypatch)
+    for name, cost in (("fixed", None), ("flat", FLAT), ("steep", STEEP)):
+        forwards = {}
+        for key, use, extras in (("store", True, {"datastore": store}), ("none", True, {}),
+                                 ("off", False, {"datastore": store})):  # fmt: skip
+            config = DecodeConfig(method="spec", block_size=4, adaptive=cost is not None, datastore=use,
+                                  max_new_tokens=20)  # fmt: skip
+            extras = {**extras, "cost": cost} if cost else extras
+            got = decode(model, [prompt], config, mask_id, extras=extras)[0]
+            assert got.tokens == ar.tokens, (name, key)
+            forwards[key] = got.forwards
+        assert forwards["store"] < forwards["none"] == forwards["off"], (name, forwards)
+    assert any(chains)
+
+
+def test_spec_with_a_datastore_of_other_text_equals_ar_batched_whatever_the_cost(tiny):
+    """A store of random text: its drafts are mostly wrong, and the output is still the model's."""
+    model, mask_id = tiny
+    rng = torch.Generator().manual_seed(0)
+    store = datastore.build(torch.randint(0, 6, (40, 30), generator=rng).tolist())
+    prompts = PROMPTS + [[3, 4, 5, 3, 4, 5, 3, 4]]
+    ar = run(model, mask_id, prompts, method="ar", max_new_tokens=30)
+    for adaptive, cost in ((False, None), (True, FLAT), (True, STEEP)):
+        config = DecodeConfig(method="spec", block_size=4, adaptive=adaptive, max_new_tokens=30)
+        extras = {"datastore": store, **({"cost": cost} if cost else {})}
+        got = decode(model, prompts, config, mask_id, extras=extras)
+        assert [g.tokens for g in got] == [a.tokens for a in ar], (adaptive, cost)
+
+
+def test_spec_with_datastore_drafts_samples_the_target_distribution(small_vocab_model, monkeypatch):  # noqa: F811
+    """The store's drafts are point-mass proposals like the in-context ones: as the chain, the
+    committed tokens still follow the target's distribution."""
+    model, mask_id = small_vocab_model
+    rng = torch.Generator().manual_seed(1)
+    store = datastore.build(torch.randint(0, 4, (30, 12), generator=rng).tolist())
+    monkeypatch.setattr(LookupStats, "rate", lambda self, match, rel=ALONE: 0.95)
+    chains = store_chains(monkeypatch)
+    n, t = 6000, 4
+    counts, _ = sample_counts(model, mask_id, n, t=t, method="spec", block_size=3, adaptive=False,
+                              temperature=1.0, seed=11, extras={"datastore": store})  # fmt: skip
+    assert chi2_pvalue(counts, exact_joint(model, 1.0, 1.0, t), n) > 1e-3
+    assert sum(chains) > 0.2 * len(chains)  # the store's drafts were verified, not only proposed

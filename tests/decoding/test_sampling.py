@@ -29,10 +29,9 @@ def exact_joint(model, temperature, top_p, t=T):
     return probs
 
 
-def sample_counts(model, mask_id, n, drafter=None, t=T, **kw):
-    outs = decode(
-        model, [PROMPT] * n, DecodeConfig(max_new_tokens=t, **kw), mask_id, extras={"drafter": drafter}
-    )
+def sample_counts(model, mask_id, n, drafter=None, t=T, extras=None, **kw):
+    extras = {"drafter": drafter, **(extras or {})}
+    outs = decode(model, [PROMPT] * n, DecodeConfig(max_new_tokens=t, **kw), mask_id, extras=extras)
     counts = {}
     for o in outs:
         counts[tuple(o.tokens)] = counts.get(tuple(o.tokens), 0) + 1

@@ -49,6 +49,8 @@ def test_saved_calibration_loads_only_for_the_weights_it_was_fitted_for(tmp_path
     fitted = cal.fit(torch.tensor([0.2, 0.9]), torch.tensor([False, True]), cal.weights_sha256(tmp_path))
     cal.save(tmp_path, fitted)
     assert cal.load(tmp_path) == fitted
+    (tmp_path / "datastore.safetensors").write_bytes(b"answers")  # a store beside them changes nothing
+    assert cal.load(tmp_path) == fitted
     assert json.loads((tmp_path / cal.FILE).read_text())["format"] == cal.FORMAT
     (tmp_path / "adapter.safetensors").write_bytes(b"retrained")
     with pytest.warns(UserWarning, match="other adapter weights"):
