@@ -6,8 +6,9 @@ model generated offline (the distillation data) and every position sorted by the
 it, to `depth` tokens: the positions where the committed text's last n tokens occurred form one range
 of that order, and within it the tokens that followed them are sorted too. So the drafts are a walk
 down a trie: at each depth the most frequent next token, and the range narrows to the positions that
-continued with it. A draft's support is the share of the positions still in the walk that continued
-with it: how often the model's own text went that way after this context.
+continued with it (once one position is left, its text is copied on). A draft's support is the share of the
+positions still in the walk that continued with it: how often the model's own text went that way after
+this context.
 
 Saved as `datastore.safetensors` (tokens, order) beside an adapter, or in the bundled weights folder of
 a packaged model (used with or without its adapter).
@@ -15,8 +16,10 @@ a packaged model (used with or without its adapter).
 
 from __future__ import annotations
 
+import bisect
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -29,9 +32,11 @@ DEPTH = 32  # tokens each position is sorted by: the match and the drafts walked
 MIN_MATCH = 2  # one shared token says too little about what follows
 MAX_MATCH = 12  # a longer match says no more
 END = -1  # between answers: no continuation
+PAIR = 1 << 31  # above any token id + 1: two ids in one int64 key
+SAMPLE = 1024  # a walk step over more positions than this finds the most frequent token in a sample
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Datastore:
     tokens: np.ndarray  # [N + DEPTH] int32 answers' ids, END after each one and as padding
     order: np.ndarray  # [N] int32 positions sorted by tokens[p : p + depth]
@@ -46,23 +51,66 @@ class Datastore:
         seg = self.tokens[p : p + len(query)].tolist()
         return (seg > query) - (seg < query)
 
+    @cached_property
+    def pairs(self) -> np.ndarray:
+        """[N] int64 the first two tokens after each position of order, as one sorted key: the range of
+        a query's first two tokens is one searchsorted, in C."""
+        at = self.order.astype(np.int64)
+        return (self.tokens[at].astype(np.int64) + 1) * PAIR + self.tokens[at + 1] + 1
+
     def find(self, query: list[int]) -> tuple[int, int]:
-        """The range [start, end) of order whose positions are followed by query."""
-        lo, hi = 0, self.size
+        """The range [start, end) of order whose positions are followed by query (2 tokens or more)."""
+        key = (query[0] + 1) * PAIR + query[1] + 1
+        lo, end = np.searchsorted(self.pairs, [key, key + 1]).tolist()
+        rest, hi = query[2:], end
+        if not rest or lo == end:
+            return lo, end
         while lo < hi:
             mid = (lo + hi) // 2
-            if self._compare(int(self.order[mid]), query) < 0:
+            if self._compare(int(self.order[mid]) + 2, rest) < 0:
                 lo = mid + 1
             else:
                 hi = mid
-        start, hi = lo, self.size
+        start, hi = lo, end
         while lo < hi:
             mid = (lo + hi) // 2
-            if self._compare(int(self.order[mid]), query) <= 0:
+            if self._compare(int(self.order[mid]) + 2, rest) <= 0:
                 lo = mid + 1
             else:
                 hi = mid
         return start, lo
+
+    def _token_at(self, i: int, depth: int) -> int:
+        return int(self.tokens[int(self.order[i]) + depth])
+
+    def _most_frequent(self, start: int, end: int, depth: int) -> tuple[int, int, int] | None:
+        """The most frequent token `depth` after the positions order[start:end] (sorted by it there),
+        and the range of those followed by it; None where every one is an answer's end. Over a long
+        range the token is the most frequent of an even sample (large runs are hit in proportion), its
+        range found by bisection: a walk step stays cheap however common the match."""
+        first = self._token_at(start, depth)
+        if first == self._token_at(end - 1, depth):  # sorted: the whole range goes one way
+            return None if first == END else (first, start, end)
+        if end - start > SAMPLE:
+            idx = np.linspace(start, end - 1, SAMPLE).astype(np.int64)
+            seen = self.tokens[self.order[idx].astype(np.int64) + depth]
+            seen = seen[seen != END]
+            if len(seen) == 0:
+                return None
+            values, counts = np.unique(seen, return_counts=True)
+            tok = int(values[counts.argmax()])
+            key = lambda i: self._token_at(i, depth)  # noqa: E731
+            lo = bisect.bisect_left(range(end), tok, lo=start, key=key)
+            return tok, lo, bisect.bisect_right(range(end), tok, lo=lo, key=key)
+        nxt = self.tokens[self.order[start:end].astype(np.int64) + depth]  # [end - start] sorted
+        # Runs of equal tokens: the longest continues the walk (the first, the smallest id, on a tie).
+        bounds = np.concatenate([[0], np.flatnonzero(nxt[1:] != nxt[:-1]) + 1, [len(nxt)]])
+        lengths = np.diff(bounds)
+        lengths[nxt[bounds[:-1]] == END] = 0  # an answer's end continues nothing
+        k = int(lengths.argmax())
+        if lengths[k] == 0:
+            return None
+        return int(nxt[bounds[k]]), start + int(bounds[k]), start + int(bounds[k + 1])
 
     def propose(
         self, context: list[int], max_drafts: int, max_match: int = MAX_MATCH
@@ -83,19 +131,24 @@ class Datastore:
         n, start, end = best
         drafts: list[int] = []
         support: list[float] = []
-        for depth in range(n, min(self.depth, n + max_drafts)):
-            nxt = self.tokens[self.order[start:end].astype(np.int64) + depth]  # [end - start] sorted
-            # Runs of equal tokens: the most frequent one continues the walk.
-            edges = np.flatnonzero(np.diff(nxt)) + 1
-            bounds = np.concatenate([[0], edges, [len(nxt)]])
-            lengths = np.diff(bounds)
-            lengths[nxt[bounds[:-1]] == END] = 0  # an answer's end continues nothing
-            k = int(lengths.argmax())
-            if lengths[k] == 0:
+        depth = n
+        while len(drafts) < max_drafts:
+            if end - start == 1:  # one occurrence left: a copy, past the sorted depth too
+                p = int(self.order[start]) + depth
+                rest = self.tokens[p : p + max_drafts - len(drafts)].tolist()
+                rest = rest[: rest.index(END)] if END in rest else rest
+                drafts += rest
+                support += [1.0] * len(rest)
                 break
-            drafts.append(int(nxt[bounds[k]]))
-            support.append(float(lengths[k]) / len(nxt))
-            start, end = start + int(bounds[k]), start + int(bounds[k + 1])
+            if depth >= self.depth:  # the order says nothing further
+                break
+            run = self._most_frequent(start, end, depth)
+            if run is None:
+                break
+            tok, lo, hi = run
+            drafts.append(tok)
+            support.append((hi - lo) / (end - start))
+            start, end, depth = lo, hi, depth + 1
         return drafts, support, n
 
 

@@ -24,7 +24,13 @@ def brute_propose(answers, context, max_drafts, depth):
     else:
         return [], [], 0
     drafts, support = [], []
-    while len(drafts) < max_drafts and n + len(drafts) < depth:
+    while len(drafts) < max_drafts:
+        if len(pos) == 1:  # one occurrence: its text, to the answer's end
+            a, j = pos[0]
+            rest = a[j : j + max_drafts - len(drafts)]
+            return drafts + rest, support + [1.0] * len(rest), n
+        if n + len(drafts) >= depth:
+            break
         nxt = Counter(a[j] for a, j in pos if j < len(a))
         if not nxt:
             break
@@ -48,7 +54,7 @@ def test_propose_walks_the_most_frequent_continuation_of_the_longest_match(depth
         want = brute_propose([a for a in answers if a], context, 10, depth)
         assert (drafts, n) == (want[0], want[2]), context
         assert support == pytest.approx(want[1]), context
-    assert store.propose([1, 8, 9, 7], 10) == ([8, 9, 6], [1.0, 1.0, 1.0], 3)
+    assert store.propose([1, 8, 9, 7], 10) == ([8, 9, 6], [1.0, 1.0, 1.0], 3)  # copied past depth 6
     assert store.propose([1, 7, 8], 10)[0] == [9, 6]  # two occurrences: 9 after both, then a tie: 6 < 7
     assert store.propose([8, 9, 9], 4) == ([], [], 0)  # no answer holds 9 9
     assert store.propose([3], 4) == ([], [], 0)  # one token is too short a match
@@ -89,3 +95,11 @@ def test_locate_prefers_the_adapters_store_then_the_bundled_one(tmp_path, monkey
     assert datastore.locate("some/hub-model", None) is None  # only packaged aliases have bundled stores
     own = datastore.save(store, adapter, {})
     assert datastore.locate("qwen2.5-coder-0.5b", adapter) == own
+
+
+def test_a_common_match_is_walked_by_sampling_with_exact_support(monkeypatch):
+    monkeypatch.setattr(datastore, "SAMPLE", 8)  # every range below is longer: the sampled path
+    answers = [[1, 2, 3, 5]] * 70 + [[1, 2, 4]] * 30 + [[1, 2]] * 10
+    store = datastore.build(answers)
+    assert store.propose([9, 1, 2], 5) == ([3, 5], [pytest.approx(70 / 110), 1.0], 2)
+    assert store.propose([9, 1, 2], 5) == brute_propose(answers, [9, 1, 2], 5, datastore.DEPTH)
