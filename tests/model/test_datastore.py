@@ -103,3 +103,12 @@ def test_a_common_match_is_walked_by_sampling_with_exact_support(monkeypatch):
     store = datastore.build(answers)
     assert store.propose([9, 1, 2], 5) == ([3, 5], [pytest.approx(70 / 110), 1.0], 2)
     assert store.propose([9, 1, 2], 5) == brute_propose(answers, [9, 1, 2], 5, datastore.DEPTH)
+
+
+def test_bundled_stores_load_and_name_their_model():
+    found = sorted(checkpoint.BUNDLED.glob(f"*/{datastore.FILE}"))
+    assert found, "no datastore bundled"
+    for path in found:
+        assert datastore.meta(path)["model"] == path.parent.name
+        store = datastore.load(path)
+        assert store.size > 100_000 and datastore.locate(path.parent.name, None) == path
