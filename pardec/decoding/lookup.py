@@ -168,8 +168,5 @@ class Looked:
         self.rels = relations(self.drafts, block)
         return self.stats.reach(self.levels, self.rels)
 
-    def keep(self, n: int) -> None:
-        self.drafts, self.levels, self.rels = self.drafts[:n], self.levels[:n], self.rels[:n]
-
     def record(self, committed: list[int]) -> None:
         self.stats.record(self.levels, self.drafts, committed, self.rels)

@@ -17,10 +17,11 @@ draft there is rejected, a branch may continue (core/verify.py: still exactly th
 The block that drafts next must sit before the fork for a taken branch to keep its drafts.
 
 With `lookup` > 0, drafts are also looked up in the text itself (lookup.py: the tokens that followed
-an earlier occurrence of the last few committed tokens). The candidate with more tokens expected per
-second (the block's by their calibrated reach, the lookup's by what lookups of that match length and
-relation to the block's most likely tokens achieved so far; without `adaptive`, more tokens expected)
-is the chain the block sits on; the other, from where the two part, is fed as a branch where its
+an earlier occurrence of the last few committed tokens) and, with `datastore`, in the model's own
+answers to other prompts (model/datastore.py); the looked-up candidate worth more stands for both.
+The candidate with more tokens expected per second (the block's by their calibrated reach, a looked-up
+one's by what drafts of that source, level (match length; support) and relation to the block's most
+likely tokens achieved so far; without `adaptive`, more tokens expected) is the chain the block sits on; the other, from where the two part, is fed as a branch where its
 expected tokens pay for its place.
 Either way the target verifies every token.
 
