@@ -21,8 +21,8 @@ an earlier occurrence of the last few committed tokens) and, with `datastore`, i
 answers to other prompts (model/datastore.py); the looked-up candidate worth more stands for both.
 The candidate with more tokens expected per second (the block's by their calibrated reach, a looked-up
 one's by what drafts of that source, level (match length; support) and relation to the block's most
-likely tokens achieved so far; without `adaptive`, more tokens expected) is the chain the block sits on; the other, from where the two part, is fed as a branch where its
-expected tokens pay for its place.
+likely tokens achieved so far; without `adaptive`, more tokens expected) is the chain the block sits
+on; the other, from where the two part, is fed as a branch where its expected tokens pay for its place.
 Either way the target verifies every token.
 
 With `adaptive`, how many drafts each step feeds, and whether it is a plain AR step instead (which
