@@ -447,12 +447,18 @@ class Speculative(Verifier):
         return []
 
 
+def lookup_extras(lm, config) -> dict:
+    """What looked-up drafts need: the stats learned of them, and the model's datastore if it has one."""
+    extras = {"lookup": lookup.LookupStats()}
+    if config.lookup and config.datastore and lm.datastore is not None:
+        extras |= {"datastore": lm.datastore, "store_lookup": lookup.LookupStats.for_store()}
+    return extras
+
+
 def prepare(lm, config, sets_block_size: bool, options: dict):
     """The adapter's calibration, and with `adaptive` this machine's step cost for the model (measured
     once and cached) and the schedule's memory across the requests decoded with these extras."""
-    extras = {"calibration": lm.calibration, "lookup": lookup.LookupStats()}
-    if config.lookup and config.datastore and lm.datastore is not None:
-        extras |= {"datastore": lm.datastore, "store_lookup": lookup.LookupStats.for_store()}
+    extras = {"calibration": lm.calibration, **lookup_extras(lm, config)}
     if config.adaptive:
         extras["cost"] = step_cost.for_model(lm, config.block_size)
         extras["memory"] = schedule.Memory()

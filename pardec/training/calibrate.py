@@ -28,8 +28,8 @@ from ..core.cost import StepCost
 from ..core.scoring import text_logits
 from ..decoding import METHODS, DecodeConfig, decode
 from ..decoding.engine import GenerationResult
-from ..decoding.lookup import LookupStats
 from ..decoding.schedule import Memory
+from ..decoding.spec import lookup_extras
 from ..model import LoadedModel
 from ..model import calibration as cal
 
@@ -150,7 +150,7 @@ def calibrate(
         best, best_rate = None, None
         for v in values:
             # What a decode with the adapter would read: the acceptance just fitted, the machine's cost
-            extras = {"calibration": fitted, "lookup": LookupStats(), "memory": Memory()}
+            extras = {"calibration": fitted, "memory": Memory(), **lookup_extras(lm, common)}
             extras |= {} if cost is None else {"cost": cost}
             row = scorer.score(dataclasses.replace(common, method=method, **{field: v}), extras=extras)
             ok = within(row, floor, cfg.target)
