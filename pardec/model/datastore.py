@@ -46,11 +46,6 @@ class Datastore:
     def size(self) -> int:
         return len(self.order)
 
-    def _compare(self, p: int, query: list[int]) -> int:
-        """-1, 0 or 1 as tokens[p : p + len(query)] sorts before, equal to or after query."""
-        seg = self.tokens[p : p + len(query)].tolist()
-        return (seg > query) - (seg < query)
-
     @cached_property
     def pairs(self) -> np.ndarray:
         """[N] int64 the first two tokens after each position of order, as one sorted key: the range of
@@ -62,23 +57,12 @@ class Datastore:
         """The range [start, end) of order whose positions are followed by query (2 tokens or more)."""
         key = (query[0] + 1) * PAIR + query[1] + 1
         lo, end = np.searchsorted(self.pairs, [key, key + 1]).tolist()
-        rest, hi = query[2:], end
+        rest = query[2:]
         if not rest or lo == end:
             return lo, end
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self._compare(int(self.order[mid]) + 2, rest) < 0:
-                lo = mid + 1
-            else:
-                hi = mid
-        start, hi = lo, end
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self._compare(int(self.order[mid]) + 2, rest) <= 0:
-                lo = mid + 1
-            else:
-                hi = mid
-        return start, lo
+        after = lambda i: self.tokens[int(self.order[i]) + 2 :][: len(rest)].tolist()  # noqa: E731
+        start = bisect.bisect_left(range(end), rest, lo=lo, key=after)
+        return start, bisect.bisect_right(range(end), rest, lo=start, key=after)
 
     def _token_at(self, i: int, depth: int) -> int:
         return int(self.tokens[int(self.order[i]) + depth])
