@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from .datastore import FILE as DATASTORE_FILE
+from . import checkpoint
 
 FILE = "calibration.json"
 FORMAT = 1
@@ -126,11 +126,12 @@ def reliability(steps: list[tuple[tuple[float, ...], int]], bins: int = 10) -> l
 
 
 def weights_sha256(adapter: Path) -> str:
-    """Of the adapter's weights: a datastore beside them (model/datastore.py) changes no confidence."""
+    """Of the adapter's weights file only: what else its folder holds (a datastore) changes no
+    confidence."""
     h = hashlib.sha256()
-    for f in sorted(adapter.glob("*.safetensors")):
-        if f.name != DATASTORE_FILE:
-            h.update(f.read_bytes())
+    weights = checkpoint.weights_file(adapter, "adapter")
+    if weights.is_file():
+        h.update(weights.read_bytes())
     return h.hexdigest()
 
 
