@@ -326,10 +326,8 @@ def test_profile_prints_the_step_cost_and_caches_it(tiny_dir, capsys, tmp_path, 
     assert code == 2 and "block size" in err
 
 
-def test_calibrate_writes_beside_the_adapter_and_auto_settings_read_it(
-    tiny_dir, capsys, tmp_path, monkeypatch
-):
-    monkeypatch.setenv("PARDEC_CACHE", str(tmp_path / "cache"))
+def retrofit_one_step(capsys, tiny_dir, tmp_path):
+    """A tiny adapter from one retrofit step on four rows -> its folder."""
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps({"prompt": "the cat", "response": "sat on the mat and ran far"}) + "\n"
                             for _ in range(4)))  # fmt: skip
@@ -338,6 +336,14 @@ def test_calibrate_writes_beside_the_adapter_and_auto_settings_read_it(
                            "float32", "--heldout", "1", "--steps", "1", "--eval-every", "1", "--rank", "4",
                            "--alpha", "8", "--block-size", "3", "--out", str(ck))  # fmt: skip
     assert code == 0, err
+    return ck
+
+
+def test_calibrate_writes_beside_the_adapter_and_auto_settings_read_it(
+    tiny_dir, capsys, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("PARDEC_CACHE", str(tmp_path / "cache"))
+    ck = retrofit_one_step(capsys, tiny_dir, tmp_path)
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(
         "".join(json.dumps({"prompt": p}) + "\n" for p in ("hello world", "the dog", "one two"))
@@ -382,19 +388,13 @@ def test_a_datastore_of_the_models_own_answers_beside_the_adapter_cuts_forwards(
     from pardec.tasks import mtbench
 
     monkeypatch.setenv("PARDEC_CACHE", str(tmp_path / "cache"))
-    data = tmp_path / "d.jsonl"
-    data.write_text("".join(json.dumps({"prompt": "the cat", "response": "sat on the mat and ran far"}) + "\n"
-                            for _ in range(4)))  # fmt: skip
-    ck = tmp_path / "ck"
-    code, _, err = run_cli(capsys, "retrofit", "--model", tiny_dir, "--data", str(data), "--dtype",
-                           "float32", "--heldout", "1", "--steps", "1", "--eval-every", "1", "--rank", "4",
-                           "--alpha", "8", "--block-size", "3", "--out", str(ck))  # fmt: skip
-    assert code == 0, err
+    ck = retrofit_one_step(capsys, tiny_dir, tmp_path)
     # Few tokens: the tiny model's context leaves spec (drafts and a block past the text) room for 21.
     gen = ["generate", "--model", tiny_dir, "--adapter", str(ck), "--dtype", "float32", "--max-new-tokens",
            "16", "--json", "--no-adaptive"]  # fmt: skip
     code, out, err = run_cli(capsys, *gen, "--method", "ar", "--prompt", "hello world")
     answer = json.loads(out)["text"]
+    data = tmp_path / "answers.jsonl"
     rows = [
         {"prompt": "hello world", "response": answer},
         {"prompt": "a", "response": mtbench.items()[0].prompt},
