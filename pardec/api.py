@@ -123,7 +123,7 @@ def generate(
     are committed. `extras` (from `configure`) is what the method needs beyond the model."""
     ids = [lm.encode(p, chat) for p in prompts]
     tracker = TextTracker(lm.tokenizer, len(prompts), config.stop, on_text)
-    results = decode(lm.model, ids, config, lm.mask_id, lm.stop_ids, tracker.commit, extras)
+    results = decode(lm.decoder, ids, config, lm.mask_id, lm.stop_ids, tracker.commit, extras)
     outs = []
     for i, r in enumerate(results):
         tracker.flush(i)

@@ -34,6 +34,7 @@ class MethodSpec:
     config: DecodeConfig
     adapter: str | None = None  # a checkpoint folder of its own (spec@adapter=PATH); None: the run's model
     quant: str = "none"  # its model's weight-only quantization (ar@quant=int8)
+    compile: bool = False  # its steps through torch.compile (spec@compile=true; model/compiled.py)
     sets: frozenset[str] = frozenset()  # the DecodeConfig fields the label sets (no trained D overrides them)
     external: str | None = None  # "hf" or "llamacpp" instead of pardec's loop
 
@@ -51,8 +52,14 @@ def parse_methods(text: str, base: DecodeConfig) -> list[MethodSpec]:
         name, *settings = label.split("@")
         if name not in names:
             raise PardecError(f"unknown method '{name}' in --methods: choose from {', '.join(names)}")
-        kw, adapter, quant = {}, None, "none"
+        kw, adapter, quant, compiled = {}, None, "none", False
         for s in settings:
+            if s.startswith("compile="):
+                value = s.partition("=")[2]
+                if value not in ("0", "1", "true", "false") or name in EXTERNAL or METHODS[name].own_model:
+                    raise PardecError(f"bad setting '{s}' in '{label}': compile= takes true or false")
+                compiled = value in ("1", "true")
+                continue
             if s.startswith("quant="):
                 quant = s.partition("=")[2]
                 if quant not in CHOICES or name in EXTERNAL or METHODS[name].own_model:
@@ -94,6 +101,7 @@ def parse_methods(text: str, base: DecodeConfig) -> list[MethodSpec]:
                 dataclasses.replace(base, method=method, **kw),
                 adapter,
                 quant,
+                compiled,
                 frozenset(kw),
                 external=name if name in EXTERNAL else None,
             )  # fmt: skip
@@ -136,7 +144,7 @@ class DecodeRunner:
             if max_new_tokens is None
             else dataclasses.replace(self.config, max_new_tokens=max_new_tokens)
         )
-        r = decode(self.lm.model, [ids], config, self.lm.mask_id, self.lm.stop_ids, extras=self.extras)[0]
+        r = decode(self.lm.decoder, [ids], config, self.lm.mask_id, self.lm.stop_ids, extras=self.extras)[0]
         verified = [[list(p), n] for p, n in r.verified_per_step]
         return Decoded(r.tokens, r.forwards, r.accepted_per_step, r.seconds, r.fed_per_step, verified)
 
@@ -176,8 +184,11 @@ def make_runners(
     """A runner per spec; `own`: the model loaded for each spec's own adapter and quantization, by
     (path, quant)."""
     runners: list[Runner] = []
+    compiled: dict[int, LoadedModel] = {}  # one compiled variant per model, shared by its methods
     for s in specs:
         model = model_for(s, lm, own)
+        if s.compile:
+            model = compiled.setdefault(id(model), dataclasses.replace(model, compile=True))
         if s.external == HF:
             runners.append(HFRunner(s, model))
             continue

@@ -28,7 +28,9 @@ def add_arguments(b) -> None:
                    help="comma list; settings after @, e.g. ar,threshold@0.9,threshold@0.7,eb@gamma=0.5,"
                         "spec@block_size=8,dflash; 'hf' = transformers' generate (greedy) for reference; "
                         "@adapter=PATH gives a method its own adapter (e.g. ar,spec,spec@adapter=runs/new "
-                        "compares two adapters against the same ar; @adapter=none decodes the bare model)")
+                        "compares two adapters against the same ar; @adapter=none decodes the bare model); "
+                        "@quant=int4 (none, int8, int4, gguf, ...) its weights quantized; @compile=true "
+                        "its steps through torch.compile; 'llamacpp' = llama.cpp on the same GGUF")
     b.add_argument("--task", default="humaneval",
                    help=f"{' | '.join(TASKS)} | jsonl:PATH; several in one run, with inclusive ranges, e.g. "
                         "humaneval:0-79,mtbench:0-19,jsonl:mine.jsonl (prompts interleaved, one table per "

@@ -34,6 +34,13 @@ def add_quant_arg(p: argparse.ArgumentParser) -> None:
         "weights (none where the kernel never loses); with -lowmem (int8-lowmem, int4-lowmem, "
         "gguf-lowmem) none are kept: the least memory, slower prefill and block steps. Default none",
     )
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="run decoding steps through torch.compile: fewer per-op costs, most where the weights are "
+        "quantized; each new step shape compiles first (about a minute each on 2 cores, seconds once "
+        "inductor's cache holds it)",
+    )
 
 
 def dtype(args):

@@ -44,7 +44,7 @@ def run(args) -> None:
     for p in prompts:
         if not p.strip():
             raise PardecError("empty prompt")
-    lm = load_model(args.model, common.dtype(args), args.adapter, args.quant)
+    lm = load_model(args.model, common.dtype(args), args.adapter, args.quant, args.compile)
     chat = not args.no_chat
     # Fail before any output, and before measuring a step's cost, if one prompt is unusable.
     settled, limit = settle(lm, config, args.block_size is not None), context_limit(lm.model)

@@ -38,7 +38,7 @@ def run(args) -> None:
 
     if args.block_size is not None and args.block_size < 1:
         raise PardecError(f"block size must be an integer >= 1, got {args.block_size}")
-    lm = load_model(args.model, common.dtype(args), args.adapter, args.quant)
+    lm = load_model(args.model, common.dtype(args), args.adapter, args.quant, args.compile)
     D = args.block_size or lm.trained_block_size or 8
     cost = step_cost.for_model(lm, D, refresh=args.refresh)
     m = cost.key

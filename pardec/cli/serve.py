@@ -46,7 +46,7 @@ def run(args) -> None:
     if not 0 < args.port < 65536:
         raise PardecError(f"--port must lie in [1, 65535], got {args.port}")
     config = common.decode_config(args)
-    lm = load_model(args.model, common.dtype(args), args.adapter, args.quant)
+    lm = load_model(args.model, common.dtype(args), args.adapter, args.quant, args.compile)
     config, extras = configure(lm, config, args.block_size is not None, {"drafter": args.drafter})
     name = args.served_model_name or args.model
     engine = Engine(lm, extras, args.max_batch, args.max_queue, Metrics())

@@ -188,7 +188,14 @@ def load_or_measure(model, mask_id: int, block_size: int, key: dict, root: Path,
 
 # The modules a step's time depends on: a change to any of them (a faster kernel path, a cheaper
 # adapter) makes a cached curve stale, so their source is part of the cache key.
-FORWARD_PATH = ("core/step.py", "core/cache.py", "core/masks.py", "model/adapters.py", "model/quant.py")
+FORWARD_PATH = (
+    "core/step.py",
+    "core/cache.py",
+    "core/masks.py",
+    "model/adapters.py",
+    "model/quant.py",
+    "model/compiled.py",
+)
 
 
 def code_digest() -> str:
@@ -217,7 +224,9 @@ def for_model(lm, block_size: int, refresh: bool = False) -> StepCost:
         # Where each layer's kernel gives way to its dense copy was timed at load: another choice
         # is another curve.
         key["kernel_tokens"] = crossovers(model)
-    return load_or_measure(model, lm.mask_id, block_size, key, cache_dir(), refresh)
+    if lm.compile:  # compiled steps spend less per op: another curve
+        key["compile"] = True
+    return load_or_measure(lm.decoder, lm.mask_id, block_size, key, cache_dir(), refresh)
 
 
 _MEASURED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {block size: StepCost}

@@ -21,6 +21,7 @@ import torch
 from ..errors import PardecError
 from . import calibration, chat, checkpoint, datastore
 from . import quant as quantization
+from .compiled import CompiledSteps
 from .packaged import DEFAULT_MODEL, PACKAGED, assemble_gguf
 from .surgery import add_mask_token
 
@@ -145,6 +146,13 @@ class LoadedModel:
     adapter: Path | None = None  # the checkpoint applied; None = the plain model
     adapter_settings: checkpoint.CheckpointSettings | None = None
     quant: str = "none"  # weight-only quantization of the linear layers (model/quant.py)
+    compile: bool = False  # decoding steps through torch.compile (model/compiled.py)
+
+    @cached_property
+    def decoder(self) -> Any:
+        """What decoding steps run: the model, or with `compile` the model with its step forwards
+        compiled (the same weights)."""
+        return CompiledSteps(self.model) if self.compile else self.model
 
     @property
     def mask_id(self) -> int:
@@ -192,11 +200,13 @@ def load_model(
     dtype: torch.dtype = torch.bfloat16,
     adapter: str | None = "auto",
     quant: str = "none",
+    compile: bool = False,
 ) -> LoadedModel:
     """Load a model by HF id, folder, GGUF file or packaged alias, add `[MASK]`, and apply an adapter:
     "auto" (the one bundled for this model, if any), "none", or a checkpoint folder; then quantize
     its linear layers' weights if `quant` says so (model/quant.py: int8, int4, or gguf, the GGUF's own
-    4-bit blocks; with -lowmem, as int4-lowmem, without dense copies for many-token forwards)."""
+    4-bit blocks; with -lowmem, as int4-lowmem, without dense copies for many-token forwards).
+    `compile`: decode through torch.compile (model/compiled.py)."""
     try:
         kind, dense = quantization.parse(quant)
     except ValueError as e:
@@ -207,4 +217,4 @@ def load_model(
     path = checkpoint.resolve_adapter(model, adapter)
     settings = None if path is None else checkpoint.apply(lm, path, model, mask_id)
     quantization.quantize(lm, kind, gguf=gguf, dense=dense, tune_cache=cache_dir() / "kernels")
-    return LoadedModel(lm, tok, model, path, settings, quant)
+    return LoadedModel(lm, tok, model, path, settings, quant, compile)

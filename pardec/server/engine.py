@@ -158,7 +158,7 @@ class Engine:
     def _session(self, key: DecodeConfig) -> Session:
         if key not in self.sessions:
             self.sessions[key] = Session(
-                self.lm.model, key, self.lm.mask_id, self.lm.stop_ids,
+                self.lm.decoder, key, self.lm.mask_id, self.lm.stop_ids,
                 on_commit=lambda i, new, key=key: self._on_commit(key, i, new), extras=self.extras,
             )  # fmt: skip
         return self.sessions[key]

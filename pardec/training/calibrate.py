@@ -96,7 +96,7 @@ class _Scorer:
         out = []
         for i in range(0, len(self.prompts), size):
             batch = self.prompts[i : i + size]
-            out += decode(self.lm.model, batch, config, self.lm.mask_id, self.lm.stop_ids, extras=extras)
+            out += decode(self.lm.decoder, batch, config, self.lm.mask_id, self.lm.stop_ids, extras=extras)
         return out
 
     def score(self, config: DecodeConfig, results=None, extras=None) -> dict:

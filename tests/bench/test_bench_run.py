@@ -75,6 +75,13 @@ def test_method_specs_parse_and_reject_nonsense():
         ("int8", "x"),
         ("int4-lowmem", None),
     ]
+    compiled = parse_methods("ar@compile=true,spec@quant=int4@compile=1,spec@compile=false", DecodeConfig())
+    assert [(s.compile, s.quant) for s in compiled] == [
+        (False, "none"),
+        (True, "none"),
+        (True, "int4"),
+        (False, "none"),
+    ]
     auto = parse_methods("threshold@auto,eb@gamma=auto", DecodeConfig())
     assert auto[1].config.threshold is None and auto[2].config.gamma is None  # the calibrated values
     specs = parse_methods("threshold@0.7,eb@gamma=0.25,spec@8@temperature=0", DecodeConfig())
@@ -95,6 +102,8 @@ def test_method_specs_parse_and_reject_nonsense():
         "spec@adapter=",
         "dflash@adapter=x",
         "hf@adapter=x",
+        "spec@compile=yes",
+        "llamacpp@compile=true",
     ):
         with pytest.raises(PardecError):
             parse_methods(bad, DecodeConfig())

@@ -1,0 +1,72 @@
+"""Decoding steps through torch.compile: the same model, so AR is the eager AR and spec stays lossless
+(greedy, fp32); prompts run eagerly."""
+
+import dataclasses
+
+import torch
+from tiny import tiny_model
+from transformers import DynamicCache
+
+from pardec.decoding import DecodeConfig, decode
+from pardec.model import adapters, load_model
+from pardec.model.compiled import STEP_TOKENS, CompiledSteps
+from pardec.model.quant import quantize
+
+
+def test_compiled_steps_decode_the_same_tokens_as_eager_ar():
+    model, mask_id = tiny_model("qwen2")
+    adapters.attach(model, adapters.LoRAConfig("gated-lora", rank=4, alpha=8))
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for m in adapters.lora_modules(model).values():
+            m.lora_b.copy_(torch.randn(m.lora_b.shape, generator=g) * 0.5)
+    quantize(model, "int4", tuned=False)
+    compiled = CompiledSteps(model)
+    assert compiled.config is model.config and compiled.dtype == model.dtype  # the model's own
+    prompts = [[1, 2, 3, 4, 5]]
+    plain = DecodeConfig(method="ar", max_new_tokens=20)
+    ar = decode(model, prompts, plain, mask_id)
+    assert [r.tokens for r in decode(compiled, prompts, plain, mask_id)] == [r.tokens for r in ar]
+    spec = DecodeConfig(method="spec", block_size=4, adaptive=False, max_new_tokens=20)
+    assert [r.tokens for r in decode(compiled, prompts, spec, mask_id)] == [r.tokens for r in ar]
+
+
+def test_prompts_and_block_steps_run_eagerly_and_plain_steps_compiled():
+    model, _ = tiny_model("llama")
+    adapters.attach(model, adapters.LoRAConfig("gated-lora", rank=4, alpha=8), freeze=False)
+    compiled = CompiledSteps(model)
+    calls = []
+
+    class Recorder(torch.nn.Module):  # stands in for the compiled model: records what reaches it
+        def forward(self, **kw):
+            calls.append(kw["input_ids"].shape[1])
+            return model(**kw)
+
+    compiled.compiled = Recorder()
+    cache = DynamicCache(config=model.config)
+
+    def feed(n: int, on: bool = False):
+        ids = torch.zeros(1, n, dtype=torch.long)
+        with torch.no_grad(), adapters.gated(model, torch.full((1, n), on)):
+            compiled(input_ids=ids, cache=cache, use_cache=True)
+
+    feed(3)  # a prompt: into an empty cache
+    layer = cache.layers[0]
+    # What a prompt leaves in a real model's cache (Qwen2.5 at bf16): a view of the projection.
+    layer.values = layer.values.transpose(1, 2).contiguous().transpose(1, 2)
+    assert calls == [] and not layer.values.is_contiguous()
+    feed(2)
+    assert calls == [2] and layer.keys.is_contiguous() and layer.values.is_contiguous()  # for the graphs
+    feed(4, on=True)  # a block step
+    feed(STEP_TOKENS + 1)
+    assert calls == [2]
+    feed(1)
+    assert calls == [2, 1]
+
+
+def test_load_model_compiles_only_when_asked(tiny_dir):
+    lm = load_model(tiny_dir, torch.float32, "none")
+    assert lm.decoder is lm.model
+    fast = dataclasses.replace(lm, compile=True)
+    assert isinstance(fast.decoder, CompiledSteps) and fast.decoder.model is lm.model
+    assert fast.decoder is fast.decoder  # compiled once
