@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import torch
 from tqdm import tqdm
 
 from .. import tasks
+from ..core import cost as step_cost
 from ..core.scoring import text_logits
 from ..tasks import Item
 from .methods import Runner
@@ -94,6 +96,9 @@ def run_bench(
     done = done or {}
     prompts = [runners[0].lm.encode(it.prompt, chat) for it in items]
     for r in runners:  # warm-up, untimed: first calls allocate and tune kernels
+        if r.lm.compile:  # and compile every step shape (model/compiled.py)
+            seconds = step_cost.warm_up(r.lm.decoder, r.lm.mask_id)
+            print(f"bench: {r.spec.label}: steps compiled in {seconds:.0f} s", file=sys.stderr)
         r.run(prompts[0], max_new_tokens=4)
     per: dict[str, list[RunRecord]] = {r.spec.label: [] for r in runners}
     bar = tqdm(total=len(items) * len(runners), desc="bench", unit="run", disable=not progress)

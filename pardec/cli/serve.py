@@ -48,6 +48,10 @@ def run(args) -> None:
     config = common.decode_config(args)
     lm = load_model(args.model, common.dtype(args), args.adapter, args.quant, args.compile)
     config, extras = configure(lm, config, args.block_size is not None, {"drafter": args.drafter})
+    if args.compile:  # compile every step shape before the first request, not during it
+        from ..core.cost import warm_up
+
+        print(f"pardec serve: steps compiled in {warm_up(lm.decoder, lm.mask_id):.0f} s", file=sys.stderr)
     name = args.served_model_name or args.model
     engine = Engine(lm, extras, args.max_batch, args.max_queue, Metrics())
     app = create_app(engine, name, config)

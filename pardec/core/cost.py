@@ -154,6 +154,21 @@ def measure(model, mask_id: int, block_size: int, pending: tuple[int, ...] = PEN
     return StepCost(tuple(pending), contexts, block_size, plain, block, key or {}, short_slots, tuple(short))
 
 
+@torch.no_grad()
+def warm_up(model, mask_id: int, pending: tuple[int, ...] = PENDING, context: int = 16) -> float:
+    """Feed one plain step of each pending count after a short prompt, nothing kept: the first calls
+    of each step shape (compiling, with compiled steps) happen here rather than in a timed decode.
+    Returns the seconds it took."""
+    start = time.perf_counter()
+    cache = BlockCache.empty(1, model.config, model.device)
+    out = block_step(model, cache, [list(range(context))], None, 1, mask_id)
+    cache.commit(out.fed_pos, torch.ones_like(out.pending_valid), 0)
+    for n in pending:
+        out = block_step(model, cache, [[0] * n], None, n, mask_id)
+        cache.commit(out.fed_pos, torch.zeros_like(out.pending_valid), 0)
+    return time.perf_counter() - start
+
+
 def _rising(xs: list[float]) -> tuple[float, ...]:
     out, top = [], 0.0
     for x in xs:
