@@ -68,7 +68,11 @@ class QuantizedLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [..., K]
         tokens = x.numel() // self.in_features
         if self.dense is not None and tokens > self.max_kernel_tokens:
-            return F.linear(x, self.dense, self.bias)
+            # As rows of a 2-D input: given a slice of a longer [B, Q, K] (the head's kept positions),
+            # F.linear with this grad-free weight broadcasts it for a batched matmul and copies the
+            # transposed weight: 2 s for the dense head of 152k rows, against 30 ms.
+            y = F.linear(x.reshape(-1, self.in_features), self.dense, self.bias)
+            return y.reshape(*x.shape[:-1], self.out_features)
         y = self.kernel(x.reshape(-1, x.shape[-1]).contiguous()).reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias
 

@@ -7,6 +7,7 @@ import torch
 from tiny import tiny_model
 from transformers import DynamicCache
 
+from pardec.core.cost import warm_up
 from pardec.decoding import DecodeConfig, decode
 from pardec.model import adapters, load_model
 from pardec.model.compiled import STEP_TOKENS, CompiledSteps
@@ -62,6 +63,21 @@ def test_prompts_and_block_steps_run_eagerly_and_plain_steps_compiled():
     assert calls == [2]
     feed(1)
     assert calls == [2, 1]
+
+
+def test_warm_up_feeds_every_step_size_to_the_compiled_path():
+    model, mask_id = tiny_model("llama")
+    compiled = CompiledSteps(model)
+    sizes = []
+
+    class Recorder(torch.nn.Module):
+        def forward(self, **kw):
+            sizes.append(kw["input_ids"].shape[1])
+            return model(**kw)
+
+    compiled.compiled = Recorder()
+    assert warm_up(compiled, mask_id, pending=(1, 3, 8)) > 0
+    assert sizes == [1, 3, 8]  # the prompt before them ran eagerly
 
 
 def test_load_model_compiles_only_when_asked(tiny_dir):
