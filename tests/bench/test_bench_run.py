@@ -315,6 +315,19 @@ def test_a_quantized_method_runs_beside_the_unquantized_ones(tiny_dir, tmp_path)
     assert "peak resident set" in (out / "results.md").read_text()
 
 
+def test_a_compiled_method_is_warmed_up_and_decodes_what_its_eager_twin_does(tiny_dir, tmp_path, capsys):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "hello world"}) + "\n")
+    out = tmp_path / "out"
+    code = main(f"bench --model {tiny_dir} --dtype float32 --adapter none --task jsonl:{prompts} "
+                f"--max-new-tokens 6 --out {out} --methods ar,ar@compile=true".split())  # fmt: skip
+    assert code == 0
+    assert "ar@compile=true: steps compiled in" in capsys.readouterr().err  # before the timed runs
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    by = {s["method"]: s["tokens"] for s in samples}
+    assert by["ar@compile=true"] == by["ar"] and by["ar"]
+
+
 class FakeLlama:
     """llama-cpp-python's Llama as the runner uses it: reset, n_ctx, a greedy token stream."""
 
