@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from ..machine import machine
+from ..model.compiled import STEP_TOKENS
 from .cache import BlockCache
 from .step import Block, block_step
 
@@ -155,7 +156,9 @@ def measure(model, mask_id: int, block_size: int, pending: tuple[int, ...] = PEN
 
 
 @torch.no_grad()
-def warm_up(model, mask_id: int, pending: tuple[int, ...] = PENDING, context: int = 16) -> float:
+def warm_up(
+    model, mask_id: int, pending: tuple[int, ...] = (*PENDING, STEP_TOKENS), context: int = 16
+) -> float:
     """Feed one plain step of each pending count after a short prompt, nothing kept: the first calls
     of each step shape (compiling, with compiled steps) happen here rather than in a timed decode.
     Returns the seconds it took."""

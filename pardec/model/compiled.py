@@ -6,13 +6,13 @@ embeddings, residual adds, cache appends); eagerly, each small op costs its disp
 large share of a step once the weights are int4. Inductor fuses those ops into a few C++ kernels
 and calls the same matmul kernels (the quantized ones included) as before.
 
-The first forward of each new shape compiles (about a minute on 2 cores, seconds once inductor's
-on-disk cache holds it); after a second distinct size a dimension compiles as dynamic, so a decode
-settles on a handful of graphs: AR steps, steps of a few pending tokens, block steps, with or
-without the gated adapter on, each side of a quantized layer's kernel crossover. Prompts (forwards
-into an empty cache, or of more than `STEP_TOKENS` tokens) run eagerly: they are few and their ops'
-dispatch is a small share. So do block steps, whose gated adapter would double the graphs (gate on
-and off) for steps that feed many tokens, where per-op costs weigh least.
+Each new step shape compiles first. With dynamic sizes a decode settles on a handful of graphs: one
+token, then 2-4, 5-8, 9-17, 18-32 and 33-64 tokens, split where a quantized layer's kernel gives way
+to its dense copy (7-8 minutes on 2 cores for the 0.5B model on int4 weights; about 2 once inductor's
+on-disk cache holds them: `core.cost.warm_up` compiles them all up front). Prompts (forwards into an
+empty cache, or of more than `STEP_TOKENS` tokens) run eagerly: they are few and their ops' dispatch
+is a small share. So do block steps, whose gated adapter would double the graphs (gate on and off)
+for the steps that feed the most tokens, where per-op costs weigh least.
 Compiled and eager forwards compute the same function up to float rounding, so `spec` stays
 lossless with respect to the compiled model (tested in float32).
 """
@@ -25,8 +25,8 @@ from torch import nn
 from .adapters import gates
 
 STEP_TOKENS = 64  # forwards of more tokens than this run eagerly
-# Graphs one forward may compile before dynamo falls back to running it eagerly (its default, 8, is
-# reached by the shapes a spec decode feeds with an adapter on a quantized model).
+# Graphs one forward may compile before dynamo falls back to running it eagerly (its default, 8, was
+# reached while layouts still varied; a decode now needs about 6).
 RECOMPILE_LIMIT = 64
 
 
