@@ -38,6 +38,16 @@ def tiny_model(kind: str = "llama", seed: int = 0, vocab: int = VOCAB):
     return model, mask_id
 
 
+def randomize_lora(model, seed: int = 0) -> None:
+    """Give attached LoRA adapters a nonzero update (B starts at zero), so that they change outputs."""
+    from pardec.model import adapters
+
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in adapters.lora_modules(model).values():
+            m.lora_b.copy_(torch.randn(m.lora_b.shape, generator=g) * 0.5)
+
+
 def counting_model(vocab: int = 32):
     """A tiny base model that has learned to count mod vocab (plain AR training, a few seconds), so
     that its own greedy outputs, the self-distilled data, follow a pattern blocks can learn."""

@@ -20,7 +20,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 # fmt: on
 
 
-def add_quant_arg(p: argparse.ArgumentParser) -> None:
+def add_forward_args(p: argparse.ArgumentParser) -> None:
+    """How the model's forwards run: its weights' quantization, and compiled or eager steps."""
     from ..model.quant import CHOICES
 
     p.add_argument(
@@ -115,7 +116,7 @@ def add_decoding_command_args(p: argparse.ArgumentParser) -> None:
     """What every command that decodes takes: the model, its quantization, adapter and drafter, and
     the decoding settings."""
     add_model_args(p)
-    add_quant_arg(p)
+    add_forward_args(p)
     add_adapter_arg(p)
     add_drafter_arg(p)
     add_decode_args(p)

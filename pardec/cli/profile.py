@@ -19,7 +19,7 @@ DESCRIPTION = (
 # fmt: off
 def add_arguments(p) -> None:
     common.add_model_args(p)
-    common.add_quant_arg(p)
+    common.add_forward_args(p)
     common.add_adapter_arg(p)
     p.add_argument("--block-size", type=int, default=None,
                    help="block slots in the block shapes (default: the adapter's trained D, else 8)")

@@ -117,11 +117,7 @@ def measure(model, mask_id: int, block_size: int, pending: tuple[int, ...] = PEN
     shapes += [(n, s) for s in short_slots for n in pending[:SHORT_PENDING]]
     times: dict[tuple[int, int, int], list[float]] = {(c, n, s): [] for c in contexts for n, s in shapes}
     for c in contexts:
-        cache = BlockCache.empty(1, model.config, model.device)
-        out = block_step(
-            model, cache, [torch.randint(0, vocab, (c,), generator=g).tolist()], None, 1, mask_id
-        )
-        cache.commit(out.fed_pos, torch.ones_like(out.pending_valid), 0)
+        cache = _prompted(model, mask_id, torch.randint(0, vocab, (c,), generator=g).tolist())
         if c == contexts[0]:  # one untimed block step: the adapters' first call, off the clock
             out = block_step(model, cache, [[0]], [[Block(0, [mask_id] * block_size)]], 1, mask_id)
             cache.commit(out.fed_pos, torch.zeros_like(out.pending_valid), out.block_logits.shape[1])
@@ -163,13 +159,19 @@ def warm_up(
     of each step shape (compiling, with compiled steps) happen here rather than in a timed decode.
     Returns the seconds it took."""
     start = time.perf_counter()
-    cache = BlockCache.empty(1, model.config, model.device)
-    out = block_step(model, cache, [list(range(context))], None, 1, mask_id)
-    cache.commit(out.fed_pos, torch.ones_like(out.pending_valid), 0)
+    cache = _prompted(model, mask_id, list(range(context)))
     for n in pending:
         out = block_step(model, cache, [[0] * n], None, n, mask_id)
         cache.commit(out.fed_pos, torch.zeros_like(out.pending_valid), 0)
     return time.perf_counter() - start
+
+
+def _prompted(model, mask_id: int, ids: list[int]) -> BlockCache:
+    """A cache of one row holding `ids`, fed as one prompt."""
+    cache = BlockCache.empty(1, model.config, model.device)
+    out = block_step(model, cache, [ids], None, 1, mask_id)
+    cache.commit(out.fed_pos, torch.ones_like(out.pending_valid), 0)
+    return cache
 
 
 def _rising(xs: list[float]) -> tuple[float, ...]:

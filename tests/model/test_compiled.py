@@ -4,7 +4,7 @@
 import dataclasses
 
 import torch
-from tiny import tiny_model
+from tiny import randomize_lora, tiny_model
 from transformers import DynamicCache
 
 from pardec.core.cost import warm_up
@@ -17,10 +17,7 @@ from pardec.model.quant import quantize
 def test_compiled_steps_decode_the_same_tokens_as_eager_ar():
     model, mask_id = tiny_model("qwen2")
     adapters.attach(model, adapters.LoRAConfig("gated-lora", rank=4, alpha=8))
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for m in adapters.lora_modules(model).values():
-            m.lora_b.copy_(torch.randn(m.lora_b.shape, generator=g) * 0.5)
+    randomize_lora(model)
     quantize(model, "int4", tuned=False)
     compiled = CompiledSteps(model)
     assert compiled.config is model.config and compiled.dtype == model.dtype  # the model's own

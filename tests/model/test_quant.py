@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from tiny import tiny_model
+from tiny import randomize_lora, tiny_model
 from torch import nn
 
 from pardec.decoding import DecodeConfig, decode
@@ -169,10 +169,7 @@ def test_low_memory_keeps_no_dense_copies_and_computes_the_same_model(quant, tin
 def test_spec_on_the_quantized_model_equals_its_own_ar(kind, quant):
     model, mask_id = tiny_model(kind)
     adapters.attach(model, adapters.LoRAConfig("gated-lora", rank=4, alpha=8))
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for m in adapters.lora_modules(model).values():
-            m.lora_b.copy_(torch.randn(m.lora_b.shape, generator=g) * 0.5)
+    randomize_lora(model)
     weights, dense = parse(quant)
     quantize(model, weights, dense=dense)
     prompts = [[1, 2, 3, 4, 5], [7, 8, 9]]

@@ -281,7 +281,7 @@ def test_echo_and_logprobs_score_the_prompt_and_completion_under_the_base_model(
 def test_scores_under_a_gated_adapter_are_the_base_models():
     """echo/logprobs score with the adapted model: a gated adapter acts only at [MASK] inputs, so the
     log-likelihoods lm-eval reads are exactly the base model's."""
-    from tiny import tiny_model
+    from tiny import randomize_lora, tiny_model
 
     from pardec.model import adapters
     from pardec.server.engine import score
@@ -289,10 +289,7 @@ def test_scores_under_a_gated_adapter_are_the_base_models():
     base, mask_id = tiny_model("qwen2")
     adapted, _ = tiny_model("qwen2")
     adapters.attach(adapted, adapters.LoRAConfig("gated-lora", rank=4, alpha=8))
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for m in adapters.lora_modules(adapted).values():
-            m.lora_b.copy_(torch.randn(m.lora_b.shape, generator=g) * 0.5)
+    randomize_lora(adapted)
     ids = [3, 1, 4, 1, 5, 9, 2, 6]
     lp_base, top_base = score(base, ids, 3, mask_id)
     lp_adapted, top_adapted = score(adapted, ids, 3, mask_id)

@@ -3,8 +3,8 @@ weighting, checked against a direct computation slot by slot, and both still tea
 
 import pytest
 import torch
-from test_training import randomize_lora, train, train_cfg
-from tiny import counting_model, tiny_model
+from test_training import train, train_cfg
+from tiny import counting_model, randomize_lora, tiny_model
 
 from pardec.decoding import DecodeConfig, decode
 from pardec.errors import PardecError

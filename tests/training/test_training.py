@@ -3,7 +3,7 @@ is exact."""
 
 import pytest
 import torch
-from tiny import counting_model, tiny_model
+from tiny import counting_model, randomize_lora, tiny_model
 
 from pardec.core.cache import BlockCache
 from pardec.core.step import Block, block_step
@@ -25,13 +25,6 @@ def counting_examples(n=24, length=40):  # for loss-only tests
         ids = [(a + d * t) % VOCAB for t in range(length)]
         out.append(Example(ids, 6))
     return out
-
-
-def randomize_lora(model, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for m in adapters.lora_modules(model).values():
-            m.lora_b.copy_(torch.randn(m.lora_b.shape, generator=g) * 0.5)
 
 
 def test_gated_lora_keeps_ntp_logits_exactly_the_base_models():
