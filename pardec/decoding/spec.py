@@ -114,6 +114,9 @@ class Speculative(Verifier):
         self.lookup_stats = (extras or {}).get("lookup") or lookup.LookupStats()  # shared if given
         self.store = (extras or {}).get("datastore") if config.datastore else None
         self.store_stats = (extras or {}).get("store_lookup") or lookup.LookupStats.for_store()
+        # Whether the block's slots were trained (an adapter): a plain model's [MASK] predicts noise, so
+        # adaptive spec then feeds looked-up drafts only, in plain steps, and never pays for a block.
+        self.trained_block = (extras or {}).get("trained_block", True)
         # Every branch is fed at one width, so that rows of a batch feed blocks of one shape.
         self.branch_width = 1 + config.tree_depth
         if config.lookup:
@@ -190,11 +193,12 @@ class Speculative(Verifier):
 
     def _worth(self, row, reach: list[float]) -> float:
         """What a chain of drafts with this reach is worth: with `adaptive`, the most tokens per second
-        any prefix of it commits fed with a block (a long chain of unlikely drafts costs its place);
+        any prefix of it commits fed with a block, or in a plain step where no block is trained (a long
+        chain of unlikely drafts costs its place);
         else the tokens it is expected to commit."""
         if self.cost is None:
             return sum(reach)
-        return self._best_prefix(row, reach, block=True)[1]
+        return self._best_prefix(row, reach, block=self.trained_block)[1]
 
     def _best_prefix(self, row, reach: list[float], block: bool) -> tuple[int, float]:
         """The number of drafts (with this reach) whose step, fed with a block or as a plain AR step,
@@ -241,6 +245,11 @@ class Speculative(Verifier):
             for row in rows:
                 self.look_up(row)
         if self.cost is None:
+            return
+        if not self.trained_block:
+            self.batch_ar = True
+            for row in rows:
+                row.state.plan.block, row.state.plan.fed = False, 0
             return
         if len(rows) >= 2:
             context = max(len(r.committed) for r in rows)
@@ -458,7 +467,11 @@ def lookup_extras(lm, config) -> dict:
 def prepare(lm, config, sets_block_size: bool, options: dict):
     """The adapter's calibration, and with `adaptive` this machine's step cost for the model (measured
     once and cached) and the schedule's memory across the requests decoded with these extras."""
-    extras = {"calibration": lm.calibration, **lookup_extras(lm, config)}
+    extras = {
+        "calibration": lm.calibration,
+        "trained_block": lm.adapter is not None,
+        **lookup_extras(lm, config),
+    }
     if config.adaptive:
         extras["cost"] = step_cost.for_model(lm, config.block_size)
         extras["memory"] = schedule.Memory()

@@ -301,6 +301,31 @@ def test_copies_decode_exactly_ar_in_plain_steps_where_blocks_are_dear(counting)
     assert got.tokens == ar.tokens and got.forwards <= 6
 
 
+@pytest.mark.parametrize("batch", [1, 2])
+def test_without_a_trained_block_spec_feeds_only_looked_up_drafts_in_plain_steps(counting, batch):
+    """A plain model's block slots predict noise: even where blocks cost nothing (FLAT), spec without a
+    trained block feeds no slot, and its looked-up drafts still commit copies in fewer forwards."""
+    model, mask_id = counting
+    prompts = [list(range(4, 28)) + [4, 5, 6], list(range(10, 30)) + [10, 11]][:batch]
+    ar = run(model, mask_id, prompts, method="ar", max_new_tokens=24)
+    config = DecodeConfig(method="spec", block_size=4, lookup=16, adaptive=True, max_new_tokens=24)
+    trained = decode(model, prompts, config, mask_id, extras={"cost": FLAT})
+    got = decode(model, prompts, config, mask_id, extras={"cost": FLAT, "trained_block": False})
+    assert [g.tokens for g in got] == [a.tokens for a in ar]
+    assert all(sum(g.slots_per_step) == 0 for g in got)
+    assert all(sum(t.slots_per_step) > 0 for t in trained)  # the same cost with a trained block feeds it
+    assert all(g.forwards < 12 for g in got)  # AR alone: 24
+
+
+def test_spec_knows_the_block_is_trained_only_with_an_adapter(tmp_path):
+    from types import SimpleNamespace
+
+    config = DecodeConfig(method="spec", block_size=4, adaptive=False)
+    for adapter, trained in ((None, False), (tmp_path, True)):
+        lm = SimpleNamespace(adapter=adapter, calibration=None, datastore=None)
+        assert spec_module.prepare(lm, config, False, {})[1]["trained_block"] is trained
+
+
 def test_store_stats_pool_each_draft_by_its_own_support():
     stats = LookupStats.for_store()
     levels = lookup_module.support_levels([0.95, 0.4, 0.1])  # -> 95, 40, 10 percent
