@@ -14,8 +14,10 @@ of many tokens these kernels are slower than a bf16 matmul, so above `max_kernel
 same quantized weights run as a dense matmul of their dequantized values. Where that crossover lies
 depends on the machine and the layer's shape, so `quantize` times both paths on the model's own
 layers, shape by shape, and keeps the kernel up to the most tokens where it is not slower (`tune`);
-a shape whose kernel is not slower at any timed count (where bf16 matmuls are emulated, as on a CPU
-with AVX2 only) runs the kernel for every forward and keeps no dense copy.
+a shape whose kernel is not slower at any timed count runs the kernel for every forward and keeps no
+dense copy. Where bf16 matmuls are emulated (a CPU with neither AMX nor AVX-512 bf16) the dense
+copies are float32: there a float32 matmul of a prompt's 64-256 tokens is 1.4-2.6x faster than the
+int4 kernel and 4-5x faster than an emulated bf16 one (benchmarks/int4-avx2-zen3.md).
 Both paths compute the same function (the quantized model), so `spec` stays lossless with respect
 to it. LoRA adapters wrap the quantized base (their update runs as before, on the block slots only
 for gated ones).
@@ -40,7 +42,8 @@ LOW_MEMORY = "-lowmem"  # int4-lowmem: no dense copies, the kernel for every for
 CHOICES = QUANTS + tuple(q + LOW_MEMORY for q in QUANTS[1:])
 GROUP = 32  # int4 group size: Q4_0/Q4_1/Q4_K's sub-blocks
 MAX_KERNEL_TOKENS = {"int8": 4, "int4": 4}  # before tuning: forwards of more tokens run the dense weights
-TUNE_TOKENS = (1, 2, 4, 8, 9, 12, 16, 17, 24, 32)  # timed: 9 and 17 are block steps (1 + 8 slots, + 8 drafts)
+# Timed: 9 and 17 are block steps (1 + 8 slots, + 8 drafts), 64 and 128 prompts.
+TUNE_TOKENS = (1, 2, 4, 8, 9, 12, 16, 17, 24, 32, 64, 128)
 TUNE_LAYERS = 8  # distinct layers of a shape cycled through, so that weights come from memory as in a forward
 # The ops' overloads, looked up once: each of ~170 calls a step would otherwise resolve them again.
 _INT8_MM = torch.ops.aten._weight_int8pack_mm.default
@@ -53,11 +56,13 @@ class QuantizedLinear(nn.Module):
     kernel for every forward, the least memory)."""
 
     kind = ""
+    activation_dtype: torch.dtype  # what the kernel takes and every path returns
 
     def __init__(self, shape: tuple[int, int], dense: torch.Tensor | None, bias: torch.Tensor | None,
                  max_kernel_tokens: int):  # fmt: skip
         super().__init__()
-        self.register_buffer("dense", dense, persistent=False)  # [N, K] in the activation dtype, or None
+        # [N, K] in the activation dtype or float32 (copies_dtype), or None
+        self.register_buffer("dense", dense, persistent=False)
         self.bias = bias
         self.out_features, self.in_features = shape
         self.max_kernel_tokens = max_kernel_tokens
@@ -71,9 +76,15 @@ class QuantizedLinear(nn.Module):
             # As rows of a 2-D input: given a slice of a longer [B, Q, K] (the head's kept positions),
             # F.linear with this grad-free weight broadcasts it for a batched matmul and copies the
             # transposed weight: 2 s for the dense head of 152k rows, against 30 ms.
-            y = F.linear(x.reshape(-1, self.in_features), self.dense, self.bias)
+            y = self.dense_matmul(x.reshape(-1, self.in_features))
             return y.reshape(*x.shape[:-1], self.out_features)
         y = self.kernel(x.reshape(-1, x.shape[-1]).contiguous()).reshape(*x.shape[:-1], self.out_features)
+        return y if self.bias is None else y + self.bias
+
+    def dense_matmul(self, x: torch.Tensor) -> torch.Tensor:  # [T, K] -> [T, N], bias added
+        if self.dense.dtype == x.dtype:
+            return F.linear(x, self.dense, self.bias)
+        y = F.linear(x.to(self.dense.dtype), self.dense).to(x.dtype)
         return y if self.bias is None else y + self.bias
 
     def extra_repr(self) -> str:
@@ -85,13 +96,14 @@ class Int8Linear(QuantizedLinear):
     kind = "int8"
 
     def __init__(self, linear: nn.Linear, max_kernel_tokens: int = MAX_KERNEL_TOKENS["int8"],
-                 dense: bool = True):  # fmt: skip
+                 dense: bool = True, dense_dtype: torch.dtype | None = None):  # fmt: skip
         w = linear.weight.detach().float()  # [N, K]
         scale = (w.abs().amax(1) / 127).clamp_min(1e-12)  # [N]
         q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)  # [N, K]
         dtype = linear.weight.dtype
-        copy = (q.float() * scale[:, None]).to(dtype) if dense else None
+        copy = (q.float() * scale[:, None]).to(dense_dtype or dtype) if dense else None
         super().__init__(tuple(w.shape), copy, linear.bias, max_kernel_tokens)
+        self.activation_dtype = dtype
         self.register_buffer("weight_int8", q, persistent=False)
         self.register_buffer("scale", scale.to(dtype), persistent=False)
 
@@ -113,14 +125,16 @@ class Int4Linear(QuantizedLinear):
         dtype: torch.dtype,
         max_kernel_tokens: int = MAX_KERNEL_TOKENS["int4"],
         dense: bool = True,
+        dense_dtype: torch.dtype | None = None,  # the dense copy's (default: dtype)
     ):
         n, k = codes.shape
         group = k // scale.shape[1]
         if not fits_int4(k, group):
             raise ValueError(f"the int4 kernel takes no [{n} x {k}] weight in groups of {group}")
         scale, minimum = scale.float(), minimum.float()
-        copy = dequantized(codes, scale, minimum).to(dtype) if dense else None
+        copy = dequantized(codes, scale, minimum).to(dense_dtype or dtype) if dense else None
         super().__init__((n, k), copy, bias, max_kernel_tokens)
+        self.activation_dtype = dtype
         self.group = group
         extra = -n % 16  # zero rows up to the kernel's multiple of 16: their outputs are cut off
         codes, scale, minimum = (F.pad(t, (0, 0, 0, extra)) for t in (codes, scale, minimum))
@@ -135,14 +149,15 @@ class Int4Linear(QuantizedLinear):
         )
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, group: int = GROUP, dense: bool = True) -> Int4Linear:
+    def from_linear(cls, linear: nn.Linear, group: int = GROUP, dense: bool = True,
+                    dense_dtype: torch.dtype | None = None) -> Int4Linear:  # fmt: skip
         w = linear.weight.detach().float()  # [N, K]
         n, k = w.shape
         wg = w.reshape(n, k // group, group)
         low, high = wg.amin(-1), wg.amax(-1)  # [N, K/g]
         scale = ((high - low) / 15).clamp_min(1e-12)
         codes = torch.round((wg - low[..., None]) / scale[..., None]).clamp(0, 15).reshape(n, k)
-        return cls(codes, scale, low, linear.bias, linear.weight.dtype, dense=dense)
+        return cls(codes, scale, low, linear.bias, linear.weight.dtype, dense=dense, dense_dtype=dense_dtype)
 
     def kernel(self, x):
         y = _INT4_MM(x, self.packed, self.group, self.scale_zero)
@@ -172,6 +187,15 @@ def dequantized(codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor)
     return (grouped * scale[..., None] + minimum[..., None]).reshape(n, k)
 
 
+def copies_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of dense copies for activations of `dtype`: float32 for bf16 on a CPU without bf16
+    matrix instructions (neither AMX nor AVX-512 bf16), whose bf16 matmuls are emulated; else `dtype`."""
+    m = machine()
+    if dtype == torch.bfloat16 and m["cuda"] is None and not (m["amx"] or m["avx512_bf16"]):
+        return torch.float32
+    return dtype
+
+
 def fits_int4(k: int, group: int = GROUP) -> bool:  # k: input count; any output count is padded
     return k % group == 0 and k % 2 == 0
 
@@ -186,10 +210,12 @@ def linears(model, head: bool = True):
 
 
 def quantize(model, kind: str, head: bool = True, gguf: Path | None = None, tuned: bool = True,
-             dense: bool = True, tune_cache: Path | None = None) -> dict[str, int]:  # fmt: skip
+             dense: bool = True, tune_cache: Path | None = None,
+             dense_dtype: torch.dtype | None = None) -> dict[str, int]:  # fmt: skip
     """Replace the model's linear layers (the output head too if `head`) with quantized ones, in
     place, and (if `tuned`) choose by timing where each shape's kernel gives way to its dense copy;
     `dense=False` keeps no dense copies (the kernel for every forward: the least memory);
+    `dense_dtype`: the copies' dtype (default: `copies_dtype` of the model's, by this machine);
     `tune_cache`: a folder where the timed choice is kept for later loads.
     `gguf`: the GGUF file the model was converted from (for kind "gguf"). Returns how many
     layers each kernel took, e.g. {"int4": 169, "int8": 0}; a weight the int4 kernel cannot take
@@ -208,13 +234,16 @@ def quantize(model, kind: str, head: bool = True, gguf: Path | None = None, tune
         shipped = gguf_blocks.int4_tensors(gguf, model)
     for parent, attr, full, linear in linears(model, head):
         name = full.removesuffix(".base")  # a LoRA wrapper's base is the model's own layer
+        copies = dense_dtype or copies_dtype(linear.weight.dtype)
         if kind == "gguf" and name in shipped:
             codes, scale, minimum = shipped[name]
-            q = Int4Linear(codes, scale, minimum, linear.bias, linear.weight.dtype, dense=dense)
+            q = Int4Linear(
+                codes, scale, minimum, linear.bias, linear.weight.dtype, dense=dense, dense_dtype=copies
+            )
         elif kind == "int4" and fits_int4(linear.in_features):
-            q = Int4Linear.from_linear(linear, dense=dense)
+            q = Int4Linear.from_linear(linear, dense=dense, dense_dtype=copies)
         else:
-            q = Int8Linear(linear, dense=dense)
+            q = Int8Linear(linear, dense=dense, dense_dtype=copies)
         setattr(parent, attr, q)
         counts[q.kind] += 1
     if tuned:
@@ -261,9 +290,11 @@ def tune(
             shapes[(m.kind, m.out_features, m.in_features)].append(m)
     if not shapes:
         return {}
-    dtype = next(iter(shapes.values()))[0].dense.dtype
-    key = dict(machine(), dtype=str(dtype), tokens=list(tokens), shapes=sorted(shapes),
-               code=hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16])  # fmt: skip
+    first = next(iter(shapes.values()))[0]
+    dtype = first.activation_dtype
+    code = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+    key = dict(machine(), dtype=str(dtype), dense_dtype=str(first.dense.dtype), tokens=list(tokens),
+               shapes=sorted(shapes), code=code)  # fmt: skip
     path = None
     if cache is not None:
         path = cache / (hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16] + ".json")
@@ -276,7 +307,9 @@ def tune(
             for t in tokens:
                 x = torch.randn(t, k).to(dtype)  # [T, K]
                 times_kernel.append(_seconds(lambda m, x: m.kernel(x), x, sample))
-                times_dense.append(_seconds(lambda m, x: F.linear(x, m.dense), x, sample))
+                times_dense.append(_seconds(lambda m, x: m.dense_matmul(x), x, sample))
+                if times_kernel[-1] > times_dense[-1]:
+                    break  # the crossover is decided: more tokens are not timed
             chosen[(kind, n, k)] = crossover(tokens, times_kernel, times_dense)
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -286,8 +319,8 @@ def tune(
         for m in layers:
             m.max_kernel_tokens = chosen[shape]
             if chosen[shape] >= max(tokens):
-                # Never slower where timed (a CPU without a bf16 ISA, whose bf16 matmuls are
-                # emulated): the kernel for every forward, prefill too, and the copy is dropped.
+                # Never slower where timed: the kernel for every forward, prompts too, and the
+                # copy is dropped.
                 m.dense = None
     return chosen
 

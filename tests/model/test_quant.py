@@ -123,6 +123,41 @@ def test_a_kernel_never_slower_runs_every_forward_and_keeps_no_dense_copy(monkey
         assert torch.isfinite(model(ids).logits).all()
 
 
+def test_tuning_stops_timing_a_shape_once_its_kernel_loses(monkeypatch):
+    import pardec.model.quant as quant
+
+    calls = []  # kernel, dense, kernel, dense, ...: the kernel loses at the third count (4 tokens)
+    monkeypatch.setattr(quant, "_seconds", lambda f, x, layers: calls.append(x.shape[0]) or
+                        (1.0 if len(calls) % 2 else (2.0 if x.shape[0] < 4 else 0.5)))  # fmt: skip
+    model, _ = tiny_model("qwen2")
+    shapes = len({(m.out_features, m.in_features) for m in model.modules() if isinstance(m, nn.Linear)})
+    quantize(model, "int8")
+    assert set(crossovers(model).values()) == {2} and len(calls) == shapes * 2 * 3
+
+
+@pytest.mark.parametrize("flags,want", [(dict(amx=False, avx512_bf16=False), torch.float32),
+                                        (dict(amx=True, avx512_bf16=True), torch.bfloat16),
+                                        (dict(amx=False, avx512_bf16=True), torch.bfloat16)])  # fmt: skip
+def test_dense_copies_are_float32_where_bf16_matmuls_are_emulated(monkeypatch, flags, want):
+    import pardec.model.quant as quant
+
+    monkeypatch.setattr(quant, "machine", lambda: dict(flags, cuda=None))
+    assert quant.copies_dtype(torch.bfloat16) is want and quant.copies_dtype(torch.float32) is torch.float32
+    torch.manual_seed(0)
+    linear = nn.Linear(64, 32, bias=True).bfloat16()
+    sequential = nn.Sequential(linear)
+    quantize(sequential, "int4", tuned=False)
+    q = sequential[0]
+    assert q.dense.dtype is want and q.activation_dtype is torch.bfloat16
+    x = torch.randn(1, 16, 64).bfloat16()  # above the crossover: the dense copy
+    y = q(x)
+    assert y.dtype is torch.bfloat16
+    want_y = (x.float() @ q.dense.float().T).to(torch.bfloat16) + linear.bias
+    torch.testing.assert_close(y, want_y, rtol=0.02, atol=0.02)
+    # the kernel's path (few tokens) computes the same quantized layer
+    torch.testing.assert_close(q(x[:, :2]), y[:, :2], rtol=0.05, atol=0.05)
+
+
 def test_a_cached_choice_is_read_back_for_the_same_shapes_and_timed_again_otherwise(tmp_path):
     model, _ = tiny_model("qwen2")
     quantize(model, "int4", tune_cache=tmp_path)
