@@ -56,11 +56,11 @@ class QuantizedLinear(nn.Module):
     kernel for every forward, the least memory)."""
 
     kind = ""
-    activation_dtype: torch.dtype  # what the kernel takes and every path returns
 
     def __init__(self, shape: tuple[int, int], dense: torch.Tensor | None, bias: torch.Tensor | None,
-                 max_kernel_tokens: int):  # fmt: skip
+                 max_kernel_tokens: int, activation_dtype: torch.dtype):  # fmt: skip
         super().__init__()
+        self.activation_dtype = activation_dtype  # what the kernel takes and every path returns
         # [N, K] in the activation dtype or float32 (copies_dtype), or None
         self.register_buffer("dense", dense, persistent=False)
         self.bias = bias
@@ -102,8 +102,7 @@ class Int8Linear(QuantizedLinear):
         q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)  # [N, K]
         dtype = linear.weight.dtype
         copy = (q.float() * scale[:, None]).to(dense_dtype or dtype) if dense else None
-        super().__init__(tuple(w.shape), copy, linear.bias, max_kernel_tokens)
-        self.activation_dtype = dtype
+        super().__init__(tuple(w.shape), copy, linear.bias, max_kernel_tokens, dtype)
         self.register_buffer("weight_int8", q, persistent=False)
         self.register_buffer("scale", scale.to(dtype), persistent=False)
 
@@ -133,8 +132,7 @@ class Int4Linear(QuantizedLinear):
             raise ValueError(f"the int4 kernel takes no [{n} x {k}] weight in groups of {group}")
         scale, minimum = scale.float(), minimum.float()
         copy = dequantized(codes, scale, minimum).to(dense_dtype or dtype) if dense else None
-        super().__init__((n, k), copy, bias, max_kernel_tokens)
-        self.activation_dtype = dtype
+        super().__init__((n, k), copy, bias, max_kernel_tokens, dtype)
         self.group = group
         extra = -n % 16  # zero rows up to the kernel's multiple of 16: their outputs are cut off
         codes, scale, minimum = (F.pad(t, (0, 0, 0, extra)) for t in (codes, scale, minimum))
@@ -232,9 +230,13 @@ def quantize(model, kind: str, head: bool = True, gguf: Path | None = None, tune
         from . import gguf_blocks
 
         shipped = gguf_blocks.int4_tensors(gguf, model)
+    by_dtype: dict[torch.dtype, torch.dtype] = {}  # decided once per activation dtype, not per layer
     for parent, attr, full, linear in linears(model, head):
         name = full.removesuffix(".base")  # a LoRA wrapper's base is the model's own layer
-        copies = dense_dtype or copies_dtype(linear.weight.dtype)
+        dtype = linear.weight.dtype
+        if dense_dtype is None and dtype not in by_dtype:
+            by_dtype[dtype] = copies_dtype(dtype)
+        copies = dense_dtype or by_dtype[dtype]
         if kind == "gguf" and name in shipped:
             codes, scale, minimum = shipped[name]
             q = Int4Linear(
