@@ -16,8 +16,8 @@ depends on the machine and the layer's shape, so `quantize` times both paths on 
 layers, shape by shape, and keeps the kernel up to the most tokens where it is not slower (`tune`);
 a shape whose kernel is not slower at any timed count runs the kernel for every forward and keeps no
 dense copy. Where bf16 matmuls are emulated (a CPU with neither AMX nor AVX-512 bf16) the dense
-copies are float32: there a float32 matmul of a prompt's 64-256 tokens is 1.4-2.6x faster than the
-int4 kernel and 4-5x faster than an emulated bf16 one (benchmarks/int4-avx2-zen3.md).
+copies are float32: there a float32 matmul of a prompt's 64-256 tokens is 1.1-1.6x faster than the
+int4 kernel and 4-6x faster than an emulated bf16 one (benchmarks/int4-avx2-zen3.md).
 Both paths compute the same function (the quantized model), so `spec` stays lossless with respect
 to it. LoRA adapters wrap the quantized base (their update runs as before, on the block slots only
 for gated ones).
