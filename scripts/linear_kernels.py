@@ -1,7 +1,8 @@
 """What one linear layer costs by tokens fed, for each way PyTorch's CPU kernels can hold its weights:
 bf16 and fp32 (dense), int8 weight-only (`_weight_int8pack_mm`), int4 weight-only in groups of 32
 (`_weight_int4pack_mm_for_cpu`), and int8 weights with int8 activations quantized per token
-(`torch._int_mm`, the quantization included). Many distinct weights are cycled through so that they
+(`torch._int_mm`, the quantization included), and pardec's `w8a8` (fbgemm's integer GEMM, int8
+activations per token, as decoding runs it). Many distinct weights are cycled through so that they
 are read from memory, as in a forward, not from cache. Prints milliseconds per linear, and each as a
 multiple of its own one-token time (what a block step costs against an AR step with that kernel).
 
@@ -16,7 +17,7 @@ import time
 import torch
 from torch import nn
 
-from pardec.model.quant import Int4Linear, Int8Linear
+from pardec.model.quant import Int4Linear, Int8Linear, W8A8Linear
 
 
 def per_call(f, layers: int, rounds: int) -> float:
@@ -38,7 +39,8 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_grad_enabled(False)
     N, K, L = args.out, args.inp, args.layers
     g = torch.Generator().manual_seed(0)
-    dense, dense32, int8, int4 = [], [], [], []  # pardec's own quantized linears: the kernels decoding runs
+    # pardec's own quantized linears: the kernels decoding runs
+    dense, dense32, int8, int4, w8a8s = [], [], [], [], []
     for _ in range(L):
         linear = nn.Linear(K, N, bias=False).bfloat16()
         nn.init.normal_(linear.weight, generator=g)
@@ -46,6 +48,7 @@ def main(argv: list[str] | None = None) -> None:
         dense32.append(linear.weight.float())
         int8.append(Int8Linear(linear))
         int4.append(Int4Linear.from_linear(linear))
+        w8a8s.append(W8A8Linear(linear))
 
     def w8a8(x, q, scale):  # per-token symmetric int8 activations, int32 accumulation
         xs = x.float().abs().amax(1, keepdim=True).clamp_min(1e-8) / 127
@@ -58,6 +61,7 @@ def main(argv: list[str] | None = None) -> None:
         "int8 (weights)": lambda x: [q.kernel(x) for q in int8],
         "int4 (weights)": lambda x: [q.kernel(x) for q in int4],
         "int8 x int8 (_int_mm)": lambda x: [w8a8(x, q.weight_int8, q.scale.float()) for q in int8],
+        "w8a8 (fbgemm)": lambda x: [q.kernel(x) for q in w8a8s],
     }
     tokens = [int(t) for t in args.tokens.split(",")]
     times = {}

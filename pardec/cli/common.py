@@ -28,12 +28,14 @@ def add_forward_args(p: argparse.ArgumentParser) -> None:
         "--quant",
         choices=CHOICES,
         default="none",
-        help="weight-only quantization of the linear layers (PyTorch's CPU kernels): int8 halves "
-        "what a one-token forward reads, int4 (groups of 32) quarters it, gguf takes the GGUF's own "
-        "4-bit blocks as shipped (and int8 for its other formats). Forwards of more tokens than "
-        "the kernel is fast for (timed per layer shape at load) run dense copies of the same "
-        "weights (none where the kernel never loses); with -lowmem (int8-lowmem, int4-lowmem, "
-        "gguf-lowmem) none are kept: the least memory, slower prefill and block steps. Default none",
+        help="quantization of the linear layers (PyTorch's CPU kernels): int8 halves what a "
+        "one-token forward reads, int4 (groups of 32) quarters it, gguf takes the GGUF's own "
+        "4-bit blocks as shipped (and int8 for its other formats): weight-only, so forwards of more "
+        "tokens than the kernel is fast for (timed per layer shape at load) run dense copies of the "
+        "same weights (none where the kernel never loses); with -lowmem (int8-lowmem, int4-lowmem, "
+        "gguf-lowmem) none are kept: the least memory, slower prefill and block steps. w8a8: int8 "
+        "weights times int8 activations per token (fbgemm): forwards of many tokens stay cheap, so "
+        "block steps do, with no dense copies; not helped by --compile. Default none",
     )
     p.add_argument(
         "--compile",

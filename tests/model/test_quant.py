@@ -15,6 +15,7 @@ from pardec.model.quant import (
     TUNE_TOKENS,
     Int4Linear,
     Int8Linear,
+    W8A8Linear,
     crossover,
     crossovers,
     parse,
@@ -35,6 +36,36 @@ def test_int8_linear_is_the_quantized_matmul_for_few_and_many_tokens():
         want = x @ deq.T + linear.bias
         torch.testing.assert_close(q(x), want, rtol=1e-5, atol=1e-5)
         assert (q(x) - linear(x)).abs().max() < 0.05 * linear(x).abs().max()
+
+
+def test_w8a8_linear_is_the_integer_matmul_of_per_channel_weights_and_per_token_activations():
+    torch.manual_seed(0)
+    linear = nn.Linear(64, 96, bias=True)
+    q = W8A8Linear(linear)
+    w = linear.weight.detach()
+    scale = w.abs().amax(1) / 127  # [N]
+    deq = torch.round(w / scale[:, None]).clamp(-127, 127) * scale[:, None]  # [N, K]
+    x = torch.randn(5, 64) * torch.tensor([0.01, 1, 3, 100, 1e4])[:, None]  # tokens of any magnitude
+    top = x.abs().amax(1, keepdim=True)
+    # 7 bits over [-1, 1], zero at code 64: steps of 2/127, a token's max-abs 63 steps
+    step = 2 / 127
+    x_deq = (x / top * 63 / 63.5 / step).round() * step  # [T, K] in units of the token's max-abs
+    want = (x_deq * top * 63.5 / 63) @ deq.T + linear.bias
+    got = q(x)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
+    assert ((got - linear(x)).abs().amax(1) < 0.05 * linear(x).abs().amax(1)).all()
+    assert torch.equal(q(torch.zeros(2, 64)), linear.bias.expand(2, -1).detach())  # no division by zero
+    assert weight_bytes(q)["kernel"] >= 64 * 96 and weight_bytes(q)["dense"] == 0
+
+
+def test_w8a8_gives_each_token_the_same_output_however_many_are_fed_beside_it():
+    torch.manual_seed(1)
+    q = W8A8Linear(nn.Linear(128, 80))
+    x = torch.randn(40, 128) * torch.rand(40, 1) * 50  # [T, K]: rows whose ranges differ widely
+    x[7] *= 1000  # one token far larger than the rest: it must not coarsen the others' steps
+    full = q(x)
+    for start, stop in ((0, 1), (7, 8), (3, 12), (20, 40), (39, 40)):
+        assert torch.equal(q(x[start:stop]), full[start:stop])
 
 
 def test_quantize_replaces_every_linear_also_inside_lora_and_optionally_the_head():
@@ -200,7 +231,7 @@ def test_low_memory_keeps_no_dense_copies_and_computes_the_same_model(quant, tin
 
 
 @pytest.mark.parametrize("kind", ["llama", "qwen2"])
-@pytest.mark.parametrize("quant", ["int8", "int4", "int4-lowmem"])
+@pytest.mark.parametrize("quant", ["int8", "int4", "int4-lowmem", "w8a8"])
 def test_spec_on_the_quantized_model_equals_its_own_ar(kind, quant):
     model, mask_id = tiny_model(kind)
     adapters.attach(model, adapters.LoRAConfig("gated-lora", rank=4, alpha=8))
