@@ -120,14 +120,14 @@ def run_bench(
             bar.set_postfix_str(f"{label} TPF {tpf:.2f}")
             bar.update()
     bar.close()
-    nlls: dict[tuple[tuple[int, ...], tuple[int, ...]], float] = {}  # lossless methods repeat ar's text
+    # Each distinct text once: lossless methods repeat ar's.
+    texts = {(tuple(ids), tuple(rec.tokens)) for runs in per.values() for rec, ids in zip(runs, prompts)}
+    nlls = {key: mean_nll(nll_model, list(key[0]), list(key[1]))
+            for key in tqdm(sorted(texts), desc="NLL", unit="text", disable=not progress)}  # fmt: skip
     for runs in per.values():
         for rec, item, ids in zip(runs, items, prompts):
             rec.score = tasks.score(item, rec.text)
-            key = (tuple(ids), tuple(rec.tokens))
-            if key not in nlls:
-                nlls[key] = mean_nll(nll_model, ids, rec.tokens)
-            rec.nll = nlls[key]
+            rec.nll = nlls[(tuple(ids), tuple(rec.tokens))]
     specs = [r.spec for r in runners]
     names = list(dict.fromkeys(it.task for it in items))
     by_task = {t: summarize(per, specs, t) for t in names} if len(names) > 1 else {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from ..core.memory import peak_rss_mb
 from ..decoding import DecodeConfig
 from ..errors import PardecError
 from ..model import checkpoint, load_model
-from ..model.quant import weight_bytes
+from ..model.quant import copies_dtype, weight_bytes
 from ..tasks import load_tasks
 from .methods import make_runners, model_for, parse_methods
 from .report import write
@@ -36,6 +37,15 @@ class BenchOptions:
     resume: bool = False
     command: str = ""  # recorded with the results
     progress: bool = True
+
+
+def scoring_model(model):
+    """The model NLL is scored under: a float32 copy where bf16 matmuls are emulated (a CPU with neither
+    AMX nor AVX-512 bf16; quant.copies_dtype), there several times faster than bf16 and no less exact;
+    else the model itself."""
+    if model.dtype == torch.bfloat16 and copies_dtype(model.dtype) == torch.float32:
+        return copy.deepcopy(model).float()
+    return model
 
 
 def bench(opts: BenchOptions) -> BenchResult:
@@ -62,6 +72,7 @@ def bench(opts: BenchOptions) -> BenchResult:
     # there the adapted model already is the base model.
     kinds = {m.adapter_settings.adapter for m in [lm, *own.values()] if m.adapter_settings is not None}
     nll_model = lm.model if kinds <= {"gated-lora"} else load_model(opts.model, opts.dtype, "none").model
+    nll_model = scoring_model(nll_model)
     # What a step costs here, for the record (measured once per model and machine, then cached), at
     # the block size the run's methods decode with (api.configure's rule): the curve adaptive spec reads.
     cost = step_cost.for_model(lm, opts.block_size or lm.trained_block_size or base.block_size)

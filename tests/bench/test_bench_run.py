@@ -395,3 +395,25 @@ def test_a_llamacpp_crash_in_the_probe_becomes_an_error_that_says_how_to_rebuild
         probe(gguf, 2, "CPU : AVX512 = 1 |", script=fails)
     argv = f"import sys; assert sys.argv[1:] == [{str(gguf)!r}, '2']"
     probe(gguf, 2, "CPU : AMX_INT8 = 1 |", script=argv)
+
+
+@pytest.mark.parametrize("emulated", [True, False])
+def test_nll_is_scored_in_float32_where_bf16_is_emulated_and_the_decoding_model_is_untouched(
+    monkeypatch, emulated
+):
+    from tiny import tiny_model
+
+    import pardec.model.quant as quant
+    from pardec.bench.run import mean_nll
+    from pardec.bench.session import scoring_model
+
+    flags = dict(amx=not emulated, avx512_bf16=not emulated, cuda=None)
+    monkeypatch.setattr(quant, "machine", lambda: flags)
+    model, _ = tiny_model("qwen2")
+    model = model.bfloat16()
+    scorer = scoring_model(model)
+    assert (scorer is model) is not emulated
+    assert model.dtype == torch.bfloat16 and scorer.dtype == (torch.float32 if emulated else torch.bfloat16)
+    prompt, tokens = [1, 2, 3], [4, 5, 6, 7]
+    assert mean_nll(scorer, prompt, tokens) == pytest.approx(mean_nll(model, prompt, tokens), rel=0.05)
+    assert scoring_model(scorer) is scorer  # float32 already
