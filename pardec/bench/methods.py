@@ -39,10 +39,14 @@ class MethodSpec:
     external: str | None = None  # "hf" or "llamacpp" instead of pardec's loop
 
 
-def parse_methods(text: str, base: DecodeConfig) -> list[MethodSpec]:
+def parse_methods(text: str, base: DecodeConfig, quant: str = "none") -> list[MethodSpec]:
     """'ar,threshold@0.9,eb@gamma=0.5,spec@block_size=8@temperature=0' -> specs; `ar` is added first
     if missing, since every speedup is relative to it. `@adapter=PATH` gives a method an adapter of
-    its own, to compare adapters against the same `ar` in one run."""
+    its own, to compare adapters against the same `ar` in one run. `quant`: the quantization of every
+    method of pardec's loop without a `@quant=` of its own (`ar` included)."""
+    if quant not in CHOICES:
+        raise PardecError(f"unknown quantization '{quant}': one of {', '.join(CHOICES)}")
+    default_quant = quant
     specs = []
     fields = {f.name: f.type for f in dataclasses.fields(DecodeConfig)}
     ints = {name for name, kind in fields.items() if str(kind).startswith("int")}
@@ -52,22 +56,23 @@ def parse_methods(text: str, base: DecodeConfig) -> list[MethodSpec]:
         name, *settings = label.split("@")
         if name not in names:
             raise PardecError(f"unknown method '{name}' in --methods: choose from {', '.join(names)}")
-        kw, adapter, quant, compiled = {}, None, "none", False
+        own_model = name in EXTERNAL or METHODS[name].own_model  # llamacpp, hf, dflash: not ours to quantize
+        kw, adapter, quant, compiled = {}, None, "none" if own_model else default_quant, False
         for s in settings:
             if s.startswith("compile="):
                 value = s.partition("=")[2]
-                if value not in ("0", "1", "true", "false") or name in EXTERNAL or METHODS[name].own_model:
+                if value not in ("0", "1", "true", "false") or own_model:
                     raise PardecError(f"bad setting '{s}' in '{label}': compile= takes true or false")
                 compiled = value in ("1", "true")
                 continue
             if s.startswith("quant="):
                 quant = s.partition("=")[2]
-                if quant not in CHOICES or name in EXTERNAL or METHODS[name].own_model:
+                if quant not in CHOICES or own_model:
                     raise PardecError(f"bad setting '{s}' in '{label}': quant= takes {', '.join(CHOICES)}")
                 continue
             if s.startswith("adapter="):
                 adapter = s.partition("=")[2]
-                if not adapter or name in EXTERNAL or METHODS[name].own_model:
+                if not adapter or own_model:
                     own = ", ".join(m for m, v in METHODS.items() if not v.own_model)
                     raise PardecError(f"bad setting '{s}' in '{label}': adapter=PATH applies to {own}")
                 continue
@@ -107,7 +112,7 @@ def parse_methods(text: str, base: DecodeConfig) -> list[MethodSpec]:
             )  # fmt: skip
         )
     if not any(s.label == "ar" for s in specs):
-        specs.insert(0, MethodSpec("ar", dataclasses.replace(base, method="ar")))
+        specs.insert(0, MethodSpec("ar", dataclasses.replace(base, method="ar"), quant=default_quant))
     if len({s.label for s in specs}) != len(specs):
         raise PardecError("--methods lists a method twice")
     return specs

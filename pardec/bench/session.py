@@ -29,6 +29,7 @@ class BenchOptions:
     dtype: torch.dtype = torch.bfloat16
     adapter: str | None = "auto"
     drafter: str | None = "auto"
+    quant: str = "none"  # every pardec method's without a @quant= of its own, ar's too
     limit: int | None = None
     offset: int = 0
     max_new_tokens: int = 256
@@ -53,7 +54,7 @@ def bench(opts: BenchOptions) -> BenchResult:
         max_new_tokens=opts.max_new_tokens,
         **({} if opts.block_size is None else {"block_size": opts.block_size}),
     )
-    specs = parse_methods(opts.methods, base)
+    specs = parse_methods(opts.methods, base, opts.quant)
     # Each method's own adapter is checked before any model loads, so a bad path fails fast.
     own_paths = {s.adapter for s in specs if s.adapter not in (None, "none")}  # none: the bare model
     for path in own_paths:

@@ -31,6 +31,11 @@ def add_arguments(b) -> None:
                         "compares two adapters against the same ar; @adapter=none decodes the bare model); "
                         "@quant=int4 (none, int8, int4, gguf, ...) its weights quantized; @compile=true "
                         "its steps through torch.compile; 'llamacpp' = llama.cpp on the same GGUF")
+    from ..model.quant import CHOICES
+    b.add_argument("--quant", choices=CHOICES, default="none",
+                   help="quantization of every pardec method without a @quant= of its own, ar (the "
+                        "baseline every speedup is against) included: e.g. --quant w8a8 --methods spec,"
+                        "llamacpp compares spec with AR on the same quantized weights (default none)")
     b.add_argument("--task", default="humaneval",
                    help=f"{' | '.join(TASKS)} | jsonl:PATH; several in one run, with inclusive ranges, e.g. "
                         "humaneval:0-79,mtbench:0-19,jsonl:mine.jsonl (prompts interleaved, one table per "
@@ -56,6 +61,7 @@ def run(args) -> None:
         BenchOptions(
             model=args.model,
             methods=args.methods,
+            quant=args.quant,
             task=args.task,
             out=Path(args.out),
             dtype=common.dtype(args),

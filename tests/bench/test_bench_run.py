@@ -112,6 +112,17 @@ def test_method_specs_parse_and_reject_nonsense():
         parse_methods("spec@min_block_size=1", DecodeConfig())
     own = parse_methods("spec@adapter=runs/a=b@6,spec@adapter=runs/c", DecodeConfig())
     assert [s.adapter for s in own] == [None, "runs/a=b", "runs/c"] and own[1].config.block_size == 6
+    # --quant: every method of pardec's loop without its own @quant=, the added ar too; not llamacpp's
+    default = parse_methods("spec,spec@quant=int4,llamacpp,hf", DecodeConfig(), "w8a8")
+    assert [(s.label, s.quant) for s in default] == [
+        ("ar", "w8a8"),
+        ("spec", "w8a8"),
+        ("spec@quant=int4", "int4"),
+        ("llamacpp", "none"),
+        ("hf", "none"),
+    ]
+    with pytest.raises(PardecError, match="unknown quantization"):
+        parse_methods("spec", DecodeConfig(), "int3")
 
 
 def test_a_method_may_decode_the_bare_model_beside_the_runs_adapter(tiny_dir, tmp_path, capsys):
