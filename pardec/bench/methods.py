@@ -18,6 +18,7 @@ from ..api import configure
 from ..decoding import METHODS, DecodeConfig, decode
 from ..errors import PardecError
 from ..model import LoadedModel
+from ..model.loading import NO_COMPILED_W8A8
 from ..model.quant import CHOICES
 
 HF = "hf"
@@ -111,6 +112,8 @@ def parse_methods(text: str, base: DecodeConfig, quant: str = "none") -> list[Me
                 external=name if name in EXTERNAL else None,
             )  # fmt: skip
         )
+    if any(s.compile and s.quant == "w8a8" for s in specs):
+        raise PardecError(NO_COMPILED_W8A8)
     if not any(s.label == "ar" for s in specs):
         specs.insert(0, MethodSpec("ar", dataclasses.replace(base, method="ar"), quant=default_quant))
     if len({s.label for s in specs}) != len(specs):

@@ -35,7 +35,7 @@ def add_forward_args(p: argparse.ArgumentParser) -> None:
         "same weights (none where the kernel never loses); with -lowmem (int8-lowmem, int4-lowmem, "
         "gguf-lowmem) none are kept: the least memory, slower prefill and block steps. w8a8: int8 "
         "weights times int8 activations per token (fbgemm): forwards of many tokens stay cheap, so "
-        "block steps do, with no dense copies; not helped by --compile. Default none",
+        "block steps do, with no dense copies; not with --compile. Default none",
     )
     p.add_argument(
         "--compile",

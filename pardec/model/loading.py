@@ -195,6 +195,12 @@ class LoadedModel:
         return spec.sha256 if spec else None
 
 
+NO_COMPILED_W8A8 = (
+    "--compile does not take --quant w8a8: torch.compile cannot trace fbgemm's packed weights and "
+    "would break its graph at every linear, slower than eager (drop --compile)"
+)
+
+
 def load_model(
     model: str = DEFAULT_MODEL,
     dtype: torch.dtype = torch.bfloat16,
@@ -211,6 +217,8 @@ def load_model(
         kind, dense = quantization.parse(quant)
     except ValueError as e:
         raise PardecError(str(e)) from None
+    if compile and kind == "w8a8":
+        raise PardecError(NO_COMPILED_W8A8)
     gguf = gguf_file(model) if kind == "gguf" else None  # refused before the slow load
     lm, tok = load_base(model, dtype)
     mask_id = add_mask_token(lm, tok)

@@ -104,6 +104,7 @@ def test_method_specs_parse_and_reject_nonsense():
         "hf@adapter=x",
         "spec@compile=yes",
         "llamacpp@compile=true",
+        "spec@quant=w8a8@compile=true",
     ):
         with pytest.raises(PardecError):
             parse_methods(bad, DecodeConfig())

@@ -87,6 +87,8 @@ def test_load_model_refuses_an_unknown_quantization(tiny_dir):
         load_model(tiny_dir, torch.float32, "none", quant="gguf")
     lm = load_model(tiny_dir, torch.float32, "none", quant="int8")
     assert lm.quant == "int8" and isinstance(lm.model.lm_head, Int8Linear)
+    with pytest.raises(PardecError, match="--compile does not take --quant w8a8"):
+        load_model(tiny_dir, torch.float32, "none", quant="w8a8", compile=True)
 
 
 def test_int4_linear_is_the_group_affine_matmul_for_few_and_many_tokens():
