@@ -7,8 +7,9 @@
   in multiples of 16, so a head of 151,937 rows gets zero rows added, its extra outputs cut off.
 - `w8a8`: int8 weights (a scale per output channel) times int8 activations (a scale per token),
   fbgemm's integer GEMM (`quantized.linear_dynamic`). Unlike the weight-only kernels its cost grows
-  slowly with the tokens fed (a 16-token forward costs about 1.7 one-token forwards on an AVX2 CPU,
-  where the int4 kernel's costs 6), so block steps stay cheap and no dense copies are needed.
+  slowly with the tokens fed (on an AVX2 CPU a 16-token forward costs 1.7 one-token forwards, a
+  compiled int4 one 4.8: benchmarks/w8a8-avx2-zen3.md), so block steps stay cheap and no dense
+  copies are needed.
 - `gguf`: the GGUF's own 4-bit blocks (Q4_0, Q4_1, Q4_K) go to the int4 kernel as they were shipped
   (model/gguf_blocks.py); tensors in other formats (5-, 6- and 8-bit blocks, which no PyTorch kernel
   takes group-wise) go to per-channel int8 from their dequantized values.
