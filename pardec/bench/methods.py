@@ -40,14 +40,13 @@ class MethodSpec:
     external: str | None = None  # "hf" or "llamacpp" instead of pardec's loop
 
 
-def parse_methods(text: str, base: DecodeConfig, quant: str = "none") -> list[MethodSpec]:
+def parse_methods(text: str, base: DecodeConfig, default_quant: str = "none") -> list[MethodSpec]:
     """'ar,threshold@0.9,eb@gamma=0.5,spec@block_size=8@temperature=0' -> specs; `ar` is added first
     if missing, since every speedup is relative to it. `@adapter=PATH` gives a method an adapter of
-    its own, to compare adapters against the same `ar` in one run. `quant`: the quantization of every
-    method of pardec's loop without a `@quant=` of its own (`ar` included)."""
-    if quant not in CHOICES:
-        raise PardecError(f"unknown quantization '{quant}': one of {', '.join(CHOICES)}")
-    default_quant = quant
+    its own, to compare adapters against the same `ar` in one run. `default_quant`: the quantization of
+    every method of pardec's loop without a `@quant=` of its own (`ar` included)."""
+    if default_quant not in CHOICES:
+        raise PardecError(f"unknown quantization '{default_quant}': one of {', '.join(CHOICES)}")
     specs = []
     fields = {f.name: f.type for f in dataclasses.fields(DecodeConfig)}
     ints = {name for name, kind in fields.items() if str(kind).startswith("int")}

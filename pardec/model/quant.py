@@ -61,6 +61,13 @@ _W8A8_MM = torch.ops.quantized.linear_dynamic.default
 _W8A8_SHRINK = 126 / 127
 
 
+def int8_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric max-abs int8 codes with one float32 scale per output channel: ([N, K] int8, [N])."""
+    w = weight.detach().float()  # [N, K]
+    scale = (w.abs().amax(1) / 127).clamp_min(1e-12)  # [N]
+    return torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8), scale
+
+
 class QuantizedLinear(nn.Module):
     """A weight-only kernel for forwards of few tokens; the dequantized weights as a dense matmul
     for more (`dense`, the same function), unless it was built without them (`dense=None`: the
@@ -108,12 +115,10 @@ class Int8Linear(QuantizedLinear):
 
     def __init__(self, linear: nn.Linear, max_kernel_tokens: int = MAX_KERNEL_TOKENS["int8"],
                  dense: bool = True, dense_dtype: torch.dtype | None = None):  # fmt: skip
-        w = linear.weight.detach().float()  # [N, K]
-        scale = (w.abs().amax(1) / 127).clamp_min(1e-12)  # [N]
-        q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)  # [N, K]
+        q, scale = int8_per_channel(linear.weight)
         dtype = linear.weight.dtype
         copy = (q.float() * scale[:, None]).to(dense_dtype or dtype) if dense else None
-        super().__init__(tuple(w.shape), copy, linear.bias, max_kernel_tokens, dtype)
+        super().__init__(tuple(q.shape), copy, linear.bias, max_kernel_tokens, dtype)
         self.register_buffer("weight_int8", q, persistent=False)
         self.register_buffer("scale", scale.to(dtype), persistent=False)
 
@@ -192,9 +197,7 @@ class W8A8Linear(QuantizedLinear):
         if k < 2:
             raise ValueError("w8a8 needs at least 2 input features (its anchor row holds -1 and 1)")
         super().__init__((n, k), None, linear.bias, 0, linear.weight.dtype)
-        w = linear.weight.detach().float()  # [N, K]
-        scale = (w.abs().amax(1) / 127).clamp_min(1e-12)  # [N]
-        q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)  # [N, K]
+        q, scale = int8_per_channel(linear.weight)
         with warnings.catch_warnings():  # quantized tensors are deprecated; torch is pinned (2.13)
             warnings.simplefilter("ignore", UserWarning)
             zero = torch.zeros(n, dtype=torch.long)
