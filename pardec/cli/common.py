@@ -35,7 +35,8 @@ def add_forward_args(p: argparse.ArgumentParser) -> None:
         "same weights (none where the kernel never loses); with -lowmem (int8-lowmem, int4-lowmem, "
         "gguf-lowmem) none are kept: the least memory, slower prefill and block steps. w8a8: int8 "
         "weights times int8 activations per token (fbgemm): forwards of many tokens stay cheap, so "
-        "block steps do, with no dense copies; not with --compile. Default none",
+        "block steps do, with no dense copies; its activations are float32 whatever --dtype says (bf16 "
+        "rounding would flip its 7-bit codes and part spec from AR); not with --compile. Default none",
     )
     p.add_argument(
         "--compile",

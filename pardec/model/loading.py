@@ -211,7 +211,8 @@ def load_model(
     """Load a model by HF id, folder, GGUF file or packaged alias, add `[MASK]`, and apply an adapter:
     "auto" (the one bundled for this model, if any), "none", or a checkpoint folder; then quantize
     its linear layers' weights if `quant` says so (model/quant.py: int8, int4, or gguf, the GGUF's own
-    4-bit blocks; with -lowmem, as int4-lowmem, without dense copies for many-token forwards).
+    4-bit blocks; with -lowmem, as int4-lowmem, without dense copies for many-token forwards;
+    w8a8, whose activations are always float32: quant.activation_dtype).
     `compile`: decode through torch.compile (model/compiled.py)."""
     try:
         kind, dense = quantization.parse(quant)
@@ -220,7 +221,7 @@ def load_model(
     if compile and kind == "w8a8":
         raise PardecError(NO_COMPILED_W8A8)
     gguf = gguf_file(model) if kind == "gguf" else None  # refused before the slow load
-    lm, tok = load_base(model, dtype)
+    lm, tok = load_base(model, quantization.activation_dtype(kind, dtype))
     mask_id = add_mask_token(lm, tok)
     path = checkpoint.resolve_adapter(model, adapter)
     settings = None if path is None else checkpoint.apply(lm, path, model, mask_id)

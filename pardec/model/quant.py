@@ -240,6 +240,14 @@ def dequantized(codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor)
     return (grouped * scale[..., None] + minimum[..., None]).reshape(n, k)
 
 
+def activation_dtype(kind: str, dtype: torch.dtype) -> torch.dtype:
+    """The dtype a model quantized by `kind` runs its activations in: float32 for w8a8, else `dtype`.
+    w8a8 rounds each token's activations to 7-bit codes; bf16's rounding in attention and norms
+    differs between a token fed alone and in a block by enough to flip codes, and then a verified
+    token is not the one AR would pick (benchmarks/w8a8-avx2-zen3.md, last section)."""
+    return torch.float32 if kind == "w8a8" else dtype
+
+
 def copies_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype of dense copies for activations of `dtype`: float32 for bf16 on a CPU without bf16
     matrix instructions (neither AMX nor AVX-512 bf16), whose bf16 matmuls are emulated; else `dtype`."""

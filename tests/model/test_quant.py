@@ -91,6 +91,13 @@ def test_load_model_refuses_an_unknown_quantization(tiny_dir):
         load_model(tiny_dir, torch.float32, "none", quant="w8a8", compile=True)
 
 
+def test_w8a8_runs_its_activations_in_float32_whatever_dtype_is_asked(tiny_dir):
+    lm = load_model(tiny_dir, torch.bfloat16, "none", quant="w8a8")
+    assert isinstance(lm.model.lm_head, W8A8Linear)
+    assert lm.model.dtype == torch.float32 and lm.model.get_input_embeddings().weight.dtype == torch.float32
+    assert load_model(tiny_dir, torch.bfloat16, "none", quant="int8").model.dtype == torch.bfloat16
+
+
 def test_int4_linear_is_the_group_affine_matmul_for_few_and_many_tokens():
     torch.manual_seed(0)
     linear = nn.Linear(64, 32, bias=True)
