@@ -11,6 +11,7 @@ Kinds (`--kinds`, a comma list; `full` and `short` name sets):
 
     python scripts/step_cost.py --adapter pardec/weights/qwen2.5-coder-0.5b --block-size 8
     python scripts/step_cost.py --kinds short --quant int8 --context 128
+    python scripts/step_cost.py --kinds block8 --quant w8a8 --profile 10   # where each kind's time goes
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from functools import partial
 
 import torch
 
@@ -69,6 +71,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--kinds", default="full", help="comma list of kinds or sets: full, short (default full)")
     p.add_argument("--context", type=int, default=300, help="committed tokens in the cache (default 300)")
     p.add_argument("--rounds", type=int, default=9, help="interleaved rounds (default 9)")
+    p.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="then run each kind N more times under torch.profiler and print its ops' self "
+        "time per step (default 0: no profile)",
+    )
     args = p.parse_args(argv)
     torch.set_grad_enabled(False)
     D = args.block_size
@@ -89,12 +99,34 @@ def main(argv: list[str] | None = None) -> None:
             cache.commit(out.fed_pos, torch.zeros_like(out.pending_valid), out.block_logits.shape[1])
     print(
         f"{args.model}, adapter {lm.adapter or 'none'}, quant {args.quant}, D = {D}, "
-        f"context {args.context}, bf16; {cpu_model()}"
+        f"context {args.context}, {str(model.dtype).removeprefix('torch.')}; {cpu_model()}"
     )
     base = statistics.median(times["ar"])
     for kind, ts in times.items():
         m = statistics.median(ts)
         print(f"{kind}: {m * 1000:.1f} ms ({m / base:.2f}x ar)", flush=True)
+    for kind, (pending, blocks, n_ntp) in kinds.items() if args.profile else ():
+        profile(kind, args.profile, partial(block_step, model, cache, pending, blocks, n_ntp, mask_id), cache)
+
+
+def profile(kind: str, n: int, step, cache, top: int = 14) -> None:
+    """Each op's self CPU time per step over `n` steps of one kind, the largest first; the cache is
+    rolled back after each step as in the timing rounds."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+        t = time.perf_counter()
+        for _ in range(n):
+            out = step()
+            cache.commit(out.fed_pos, torch.zeros_like(out.pending_valid), out.block_logits.shape[1])
+        wall = (time.perf_counter() - t) / n
+    ops = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+    total = sum(e.self_cpu_time_total for e in ops) / n / 1000  # ms a step, profiled
+    print(f"\n{kind}: {wall * 1000:.1f} ms a step under the profiler, ops' self time {total:.1f} ms")
+    for e in ops[:top]:
+        ms = e.self_cpu_time_total / n / 1000
+        print(f"  {e.key[:48]:48s} {ms:7.2f} ms  {e.count // n:5d} calls  {100 * ms / total:5.1f}%")
 
 
 if __name__ == "__main__":

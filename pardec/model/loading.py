@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from ..errors import PardecError
-from . import calibration, chat, checkpoint, datastore
+from . import calibration, chat, checkpoint, datastore, invariant_attention
 from . import quant as quantization
 from .compiled import CompiledSteps
 from .packaged import DEFAULT_MODEL, PACKAGED, assemble_gguf
@@ -117,8 +117,9 @@ def gguf_file(model: str, purpose: str = "--quant gguf") -> Path:
     )
 
 
-def load_base(model: str, dtype: torch.dtype = torch.bfloat16):
-    """(model, tokenizer) for a `--model` value, as published: eval mode, sdpa attention, no [MASK]."""
+def load_base(model: str, dtype: torch.dtype = torch.bfloat16, attention: str = "sdpa"):
+    """(model, tokenizer) for a `--model` value, as published: eval mode, no [MASK]; `attention`:
+    transformers' attention implementation (sdpa, or invariant_attention.NAME)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
@@ -126,7 +127,7 @@ def load_base(model: str, dtype: torch.dtype = torch.bfloat16):
     hf_logging.disable_progress_bar()  # loading a converted folder takes seconds: no bar needed
     try:
         tok = AutoTokenizer.from_pretrained(str(where))
-        lm = AutoModelForCausalLM.from_pretrained(str(where), dtype=dtype, attn_implementation="sdpa")
+        lm = AutoModelForCausalLM.from_pretrained(str(where), dtype=dtype, attn_implementation=attention)
     except OSError as e:
         raise PardecError(f"cannot load model '{model}': {str(e).splitlines()[0]}") from e
     finally:
@@ -212,7 +213,8 @@ def load_model(
     "auto" (the one bundled for this model, if any), "none", or a checkpoint folder; then quantize
     its linear layers' weights if `quant` says so (model/quant.py: int8, int4, or gguf, the GGUF's own
     4-bit blocks; with -lowmem, as int4-lowmem, without dense copies for many-token forwards;
-    w8a8, whose activations are always float32: quant.activation_dtype).
+    w8a8, whose activations are always float32 (quant.activation_dtype) and whose attention is
+    batch invariant (model/invariant_attention.py)).
     `compile`: decode through torch.compile (model/compiled.py)."""
     try:
         kind, dense = quantization.parse(quant)
@@ -221,7 +223,11 @@ def load_model(
     if compile and kind == "w8a8":
         raise PardecError(NO_COMPILED_W8A8)
     gguf = gguf_file(model) if kind == "gguf" else None  # refused before the slow load
-    lm, tok = load_base(model, quantization.activation_dtype(kind, dtype))
+    # w8a8 rounds activations to codes, so a verify step must compute each token bit for bit as an AR
+    # step does, or a flipped code parts spec from AR: its linears are batch invariant, its attention
+    # must be too.
+    attention = invariant_attention.NAME if kind == "w8a8" else "sdpa"
+    lm, tok = load_base(model, quantization.activation_dtype(kind, dtype), attention)
     mask_id = add_mask_token(lm, tok)
     path = checkpoint.resolve_adapter(model, adapter)
     settings = None if path is None else checkpoint.apply(lm, path, model, mask_id)
