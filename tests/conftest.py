@@ -40,6 +40,23 @@ def tiny_dir(tmp_path_factory):
     return str(path)
 
 
+@pytest.fixture(scope="session")
+def tiny_adapter(tiny_dir, tmp_path_factory):
+    """A gated adapter for `tiny_dir` from one retrofit step (block size 3): what threshold and eb need."""
+    import json
+
+    from pardec.cli import main
+
+    where = tmp_path_factory.mktemp("tiny-adapter")
+    data = where / "d.jsonl"
+    data.write_text("".join(json.dumps({"prompt": "the cat", "response": "sat on the mat and ran far"}) + "\n"
+                            for _ in range(4)))  # fmt: skip
+    args = (f"retrofit --model {tiny_dir} --data {data} --dtype float32 --heldout 1 --steps 1 --eval-every 1 "
+            f"--rank 4 --alpha 8 --block-size 3 --out {where / 'ck'}")  # fmt: skip
+    assert main(args.split()) == 0
+    return str(where / "ck")
+
+
 @pytest.fixture(autouse=True)
 def _private_cost_cache(request, tmp_path_factory, monkeypatch):
     """Step costs measured for tiny test models stay out of the user's cache (the slow tests on the

@@ -215,6 +215,7 @@ FORWARD_PATH = (
     "model/adapters.py",
     "model/quant.py",
     "model/compiled.py",
+    "model/invariant_attention.py",
 )
 
 

@@ -28,7 +28,7 @@ from ..errors import PardecError
 from . import schedule
 from .policy import Method, Policy, register
 from .state import Update
-from .threshold import calibrated
+from .threshold import calibrated, require_adapter
 
 PRIOR = 2.0  # pseudo-forwards of the prior (observed = predicted)
 
@@ -194,6 +194,7 @@ class EntropyBounded(Policy):
 
 def _prepare(lm, config, sets_block_size, options):
     """gamma 'auto' from the adapter's calibration, and with `adaptive` this machine's step cost."""
+    require_adapter(lm, "eb")
     extras = {"cost": step_cost.for_model(lm, config.block_size)} if config.adaptive else {}
     return calibrated(lm, config, "gamma", "eb"), extras
 

@@ -25,6 +25,18 @@ from .spec import Speculative
 from .spec import prepare as spec_prepare
 
 
+def require_adapter(lm, method: str) -> None:
+    """Refuse a method that commits block slots' predictions unverified on a model without an
+    adapter: there the [MASK] slots are untrained, and what they predict is noise."""
+    if lm.adapter is None:
+        raise PardecError(
+            f"{method} commits the block's predictions without verifying them, and '{lm.name}' has no "
+            f"adapter (--adapter none, or none bundled for it), so they are an untrained [MASK]'s "
+            f"guesses: give --adapter a trained checkpoint (pardec retrofit), or use spec, which "
+            f"stays lossless without one"
+        )
+
+
 def calibrated(lm, config, field: str, method: str):
     """`config` with `field` = None ("auto") replaced by the value the adapter's calibration holds."""
     if getattr(config, field) is not None:
@@ -67,6 +79,7 @@ class Threshold(Speculative):
 
 
 def _prepare(lm, config, sets_block_size, options):
+    require_adapter(lm, "threshold")
     return spec_prepare(lm, calibrated(lm, config, "threshold", "threshold"), sets_block_size, options)
 
 

@@ -15,7 +15,7 @@ from pardec.errors import PardecError
 SPEC, TH = "spec@block_size=3@adaptive=0", "threshold@0.0@adaptive=0"
 
 
-def test_bench_on_a_tiny_model_writes_all_files(tiny_dir, tmp_path, capsys):
+def test_bench_on_a_tiny_model_writes_all_files(tiny_dir, tiny_adapter, tmp_path, capsys):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(
         "".join(json.dumps({"prompt": p}) + "\n" for p in ["hello world", "the cat sat", "one two"])
@@ -23,7 +23,7 @@ def test_bench_on_a_tiny_model_writes_all_files(tiny_dir, tmp_path, capsys):
     out = tmp_path / "out"
     code = main(
         f"bench --model {tiny_dir} --dtype float32 --task jsonl:{prompts} --max-new-tokens 10 --out {out} "
-        f"--methods hf,ar,{TH},eb@gamma=0.5,{SPEC}".split()
+        f"--adapter {tiny_adapter} --methods hf,ar,{TH},eb@gamma=0.5,{SPEC}".split()
     )
     stdout, err = capsys.readouterr()
     assert code == 0, err
@@ -210,7 +210,7 @@ def test_a_jsonl_task_combines_with_other_tasks_even_with_commas_and_colons_in_i
             load_tasks(bad)
 
 
-def test_bench_over_several_tasks_reports_each_task_and_all(tiny_dir, tmp_path):
+def test_bench_over_several_tasks_reports_each_task_and_all(tiny_dir, tiny_adapter, tmp_path):
     import dataclasses
 
     from pardec.bench import markdown_table, run_bench
@@ -218,7 +218,7 @@ def test_bench_over_several_tasks_reports_each_task_and_all(tiny_dir, tmp_path):
     from pardec.model import load_model
     from pardec.tasks import Item
 
-    lm = load_model(tiny_dir, torch.float32, "none")
+    lm = load_model(tiny_dir, torch.float32, tiny_adapter)
     words = ["hello world", "the cat sat", "one two", "red blue green"]
     items = [Item(f"{t}/{i}", w, {}, t) for i, (t, w) in enumerate(zip("abab", words))]
     specs = parse_methods("ar,threshold@0.0", DecodeConfig(max_new_tokens=6, block_size=3))

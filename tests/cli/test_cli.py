@@ -36,14 +36,23 @@ def test_generate_json_reports_text_and_statistics(tiny_dir, capsys, tmp_path):
         assert rec["tokens_per_forward"] == pytest.approx(rec["new_tokens"] / rec["forwards"], abs=1e-3)
 
 
-def test_generate_streams_the_same_text_as_json(tiny_dir, capsys):
+def test_generate_streams_the_same_text_as_json(tiny_dir, tiny_adapter, capsys):
     flags = f"--model {tiny_dir} --dtype float32 --method threshold --threshold 0.0 --max-new-tokens 10"
-    common = ["generate", "--prompt", "one two three", *flags.split()]
+    common = ["generate", "--prompt", "one two three", "--adapter", tiny_adapter, *flags.split()]
     code, out, err = run_cli(capsys, *common)
     assert code == 0, err
     assert "tokens/forward" in err
     code, js, _ = run_cli(capsys, *common, "--json")
     assert out.rstrip("\n") == json.loads(js)["text"]
+
+
+@pytest.mark.parametrize("method", ["threshold --threshold 0.5", "eb --gamma 0.5"])
+def test_a_method_that_commits_unverified_drafts_needs_an_adapter(tiny_dir, method, capsys):
+    flags = f"--model {tiny_dir} --dtype float32 --adapter none --max-new-tokens 4 --method {method}"
+    code, _, err = run_cli(capsys, "generate", "--prompt", "one two", *flags.split())
+    assert code == 2 and "has no adapter" in err and "use spec" in err
+    code, _, err = run_cli(capsys, "generate", "--prompt", "one two", *flags.split()[:-4], "--method", "spec")
+    assert code == 0, err
 
 
 @pytest.mark.parametrize(

@@ -45,6 +45,8 @@ def test_it_computes_what_sdpa_computes_under_bool_float_and_no_masks(q, k):
     tree[..., 0] = True  # every query sees some key
     got, _ = invariant_attention(Module(), query, key, value, tree, scaling=D**-0.5)
     torch.testing.assert_close(got, sdpa(query, key, value, tree), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="soft-capping"):
+        invariant_attention(Module(), query, key, value, causal, softcap=30.0)
 
 
 @pytest.mark.parametrize("context", [3, CHUNK - 2, CHUNK + 1, 2 * CHUNK + 60])
