@@ -42,19 +42,11 @@ def tiny_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_adapter(tiny_dir, tmp_path_factory):
-    """A gated adapter for `tiny_dir` from one retrofit step (block size 3): what threshold and eb need."""
-    import json
+    """A gated adapter for `tiny_dir` from one retrofit step (block size 3): what threshold and eb need.
+    Shared: tests that write beside an adapter (calibrate, datastore) retrofit their own."""
+    from tiny import retrofit_tiny_adapter
 
-    from pardec.cli import main
-
-    where = tmp_path_factory.mktemp("tiny-adapter")
-    data = where / "d.jsonl"
-    data.write_text("".join(json.dumps({"prompt": "the cat", "response": "sat on the mat and ran far"}) + "\n"
-                            for _ in range(4)))  # fmt: skip
-    args = (f"retrofit --model {tiny_dir} --data {data} --dtype float32 --heldout 1 --steps 1 --eval-every 1 "
-            f"--rank 4 --alpha 8 --block-size 3 --out {where / 'ck'}")  # fmt: skip
-    assert main(args.split()) == 0
-    return str(where / "ck")
+    return str(retrofit_tiny_adapter(tiny_dir, tmp_path_factory.mktemp("tiny-adapter")))
 
 
 @pytest.fixture(autouse=True)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
@@ -36,6 +39,21 @@ def tiny_model(kind: str = "llama", seed: int = 0, vocab: int = VOCAB):
     model.resize_token_embeddings(vocab + 1, mean_resizing=False)
     model.config.mask_token_id = mask_id  # where surgery records it
     return model, mask_id
+
+
+def retrofit_tiny_adapter(model_dir, where) -> Path:
+    """A gated adapter for the tiny model folder `model_dir` from one retrofit step on four rows
+    (block size 3), written under `where` -> its folder."""
+    from pardec.cli import main
+
+    data = Path(where) / "d.jsonl"
+    data.write_text("".join(json.dumps({"prompt": "the cat", "response": "sat on the mat and ran far"}) + "\n"
+                            for _ in range(4)))  # fmt: skip
+    ck = Path(where) / "ck"
+    args = (f"retrofit --model {model_dir} --data {data} --dtype float32 --heldout 1 --steps 1 "
+            f"--eval-every 1 --rank 4 --alpha 8 --block-size 3 --out {ck}")  # fmt: skip
+    assert main(args.split()) == 0
+    return ck
 
 
 def randomize_lora(model, seed: int = 0) -> None:

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 import torch
+from tiny import retrofit_tiny_adapter
 
 from pardec.cli import main
 from pardec.core import cost as step_cost
@@ -336,15 +337,9 @@ def test_profile_prints_the_step_cost_and_caches_it(tiny_dir, capsys, tmp_path, 
 
 
 def retrofit_one_step(capsys, tiny_dir, tmp_path):
-    """A tiny adapter from one retrofit step on four rows -> its folder."""
-    data = tmp_path / "d.jsonl"
-    data.write_text("".join(json.dumps({"prompt": "the cat", "response": "sat on the mat and ran far"}) + "\n"
-                            for _ in range(4)))  # fmt: skip
-    ck = tmp_path / "ck"
-    code, _, err = run_cli(capsys, "retrofit", "--model", tiny_dir, "--data", str(data), "--dtype",
-                           "float32", "--heldout", "1", "--steps", "1", "--eval-every", "1", "--rank", "4",
-                           "--alpha", "8", "--block-size", "3", "--out", str(ck))  # fmt: skip
-    assert code == 0, err
+    """A tiny adapter of this test's own (tiny.retrofit_tiny_adapter) -> its folder; its output read off."""
+    ck = retrofit_tiny_adapter(tiny_dir, tmp_path)
+    capsys.readouterr()
     return ck
 
 
