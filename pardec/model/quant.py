@@ -9,7 +9,8 @@
   fbgemm's integer GEMM (`quantized.linear_dynamic`). Unlike the weight-only kernels its cost grows
   slowly with the tokens fed (on an AVX2 CPU a 16-token forward costs 1.7 one-token forwards, a
   compiled int4 one 4.8: benchmarks/w8a8-avx2-zen3.md), so block steps stay cheap and no dense
-  copies are needed.
+  copies are needed. Linears that read the same input (q/k/v, gate/up) run as one GEMM each set
+  (`W8A8Siblings`): 97 calls a step instead of 169.
 - `gguf`: the GGUF's own 4-bit blocks (Q4_0, Q4_1, Q4_K) go to the int4 kernel as they were shipped
   (model/gguf_blocks.py); tensors in other formats (5-, 6- and 8-bit blocks, which no PyTorch kernel
   takes group-wise) go to per-channel int8 from their dequantized values.
@@ -59,6 +60,9 @@ _W8A8_MM = torch.ops.quantized.linear_dynamic.default
 # steps below zero but only 63 above: a token's max-abs is shrunk to 63 steps, so that its largest
 # entry (the outlier channel that matters most) is represented exactly instead of clipped.
 _W8A8_SHRINK = 126 / 127
+_TINY = torch.tensor(torch.finfo(torch.float32).tiny)
+# Linears of a Llama-like layer that read the same input: w8a8 runs each set as one GEMM.
+SIBLINGS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 
 
 def int8_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -210,11 +214,91 @@ class W8A8Linear(QuantizedLinear):
 
     def kernel(self, x):  # [T, K] -> [T, N]
         x = x.float()
-        # Division, not a multiply by 1/top: a token's largest entry becomes exactly +-1 before the
-        # shrink, so no row ever widens the range the anchor fixes.
-        top = x.abs().amax(1, keepdim=True).clamp_min(torch.finfo(torch.float32).tiny)  # [T, 1]
-        y = _W8A8_MM(torch.cat([x / top * _W8A8_SHRINK, self.anchor]), self.packed, True)[:-1]  # [T, N]
-        return (y * (top / _W8A8_SHRINK)).to(self.activation_dtype)
+        # Each token's divisor: its max-abs over the shrink, plus the least float so that an all-zero
+        # token divides by a positive number. Its largest entry lands within a rounding of 126/127,
+        # never outside the anchor's range. As few small ops as that takes: each costs its dispatch,
+        # times ~100 linears a step.
+        divisor = torch.add(_TINY, x.abs().amax(1, keepdim=True), alpha=1 / _W8A8_SHRINK)  # [T, 1]
+        y = _W8A8_MM(torch.cat([x / divisor, self.anchor]), self.packed, True)[:-1]  # [T, N]
+        return y.mul_(divisor).to(self.activation_dtype)
+
+
+class W8A8Siblings(W8A8Linear):
+    """Linears of one layer that read the same input (`SIBLINGS`) as one w8a8 GEMM over their stacked
+    weights: the input is quantized once and the op called once instead of per sibling (each call
+    costs its own dispatch and quantization pass, a large share of a one-token step's linear time).
+    Each sibling becomes a `W8A8Part` returning its columns. The first part called with an input
+    computes them all; another part called with the same tensor, unchanged since (identity and
+    version), takes its columns from that result, once; any other call computes again, so a part's
+    output is always its own columns of its own input, whatever order or inputs its caller uses."""
+
+    def __init__(self, linears: list[nn.Linear]):
+        k = linears[0].in_features
+        bounds = [0]
+        for lin in linears:
+            bounds.append(bounds[-1] + lin.out_features)
+        stacked = nn.Linear(k, bounds[-1], bias=any(lin.bias is not None for lin in linears))
+        with torch.no_grad():
+            stacked.weight.copy_(torch.cat([lin.weight.detach().float() for lin in linears]))
+            if stacked.bias is not None:
+                stacked.bias.copy_(torch.cat([
+                    torch.zeros(lin.out_features) if lin.bias is None else lin.bias.detach().float()
+                    for lin in linears
+                ]))  # fmt: skip
+        super().__init__(stacked.to(linears[0].weight.dtype))
+        self.bounds = bounds
+        self._memo: tuple | None = None  # (input, its version, output [..., N], parts not yet served)
+
+    def part(self, index: int, x: torch.Tensor) -> torch.Tensor:  # x: [..., K] -> [..., N_index]
+        memo = self._memo  # one read: the tuple is replaced, never changed, except its served set
+        if memo is None or memo[0] is not x or memo[1] != x._version or index not in memo[3]:
+            memo = self._memo = (x, x._version, self(x), set(range(len(self.bounds) - 1)))
+        memo[3].discard(index)
+        if not memo[3]:
+            self._memo = None  # every part served: hold neither tensor past this forward
+        return memo[2][..., self.bounds[index] : self.bounds[index + 1]]
+
+
+class W8A8Part(nn.Module):
+    """One sibling's columns of a `W8A8Siblings` GEMM, in that sibling's place."""
+
+    kind = "w8a8"
+
+    def __init__(self, siblings: W8A8Siblings, index: int):
+        super().__init__()
+        self.siblings, self.index = siblings, index
+        self.in_features = siblings.in_features
+        self.out_features = siblings.bounds[index + 1] - siblings.bounds[index]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.siblings.part(self.index, x)
+
+    def extra_repr(self) -> str:
+        parts = len(self.siblings.bounds) - 1
+        return f"part {self.index} of {parts}, in={self.in_features}, out={self.out_features}"
+
+
+def fuse_siblings(model) -> int:
+    """Replace each set of `SIBLINGS` linears found under one module (plain, or the bases of LoRA
+    wrappers) with the parts of one `W8A8Siblings`; returns how many linears were replaced."""
+    fused = 0
+    for module in list(model.modules()):
+        for names in SIBLINGS:
+            found = []  # (parent, attribute, linear)
+            for name in names:
+                child = getattr(module, name, None)
+                if type(child) is nn.Linear:
+                    found.append((module, name, child))
+                elif isinstance(child, nn.Module) and type(getattr(child, "base", None)) is nn.Linear:
+                    found.append((child, "base", child.base))
+            kinds = {(lin.in_features, lin.weight.dtype) for *_, lin in found}
+            if len(found) != len(names) or len(kinds) != 1:
+                continue
+            siblings = W8A8Siblings([lin for *_, lin in found])
+            for index, (parent, attr, _) in enumerate(found):
+                setattr(parent, attr, W8A8Part(siblings, index))
+            fused += len(found)
+    return fused
 
 
 def parse(quant: str) -> tuple[str, bool]:
@@ -272,13 +356,14 @@ def linears(model, head: bool = True):
 
 def quantize(model, kind: str, head: bool = True, gguf: Path | None = None, tuned: bool = True,
              dense: bool = True, tune_cache: Path | None = None,
-             dense_dtype: torch.dtype | None = None) -> dict[str, int]:  # fmt: skip
+             dense_dtype: torch.dtype | None = None, siblings: bool = True) -> dict[str, int]:  # fmt: skip
     """Replace the model's linear layers (the output head too if `head`) with quantized ones, in
     place, and (if `tuned`) choose by timing where each shape's kernel gives way to its dense copy;
     `dense=False` keeps no dense copies (the kernel for every forward: the least memory);
     `dense_dtype`: the copies' dtype (default: `copies_dtype` of the model's, by this machine);
     `tune_cache`: a folder where the timed choice is kept for later loads.
-    `gguf`: the GGUF file the model was converted from (for kind "gguf"). Returns how many
+    `gguf`: the GGUF file the model was converted from (for kind "gguf"); `siblings`: w8a8 runs each
+    set of `SIBLINGS` as one GEMM (`W8A8Siblings`; False: one per linear, for comparison). Returns how many
     layers each kernel took, e.g. {"int4": 169, "int8": 0}; a weight the int4 kernel cannot take
     (an input count not a multiple of the group) goes to int8."""
     if kind not in QUANTS:
@@ -293,6 +378,8 @@ def quantize(model, kind: str, head: bool = True, gguf: Path | None = None, tune
         from . import gguf_blocks
 
         shipped = gguf_blocks.int4_tensors(gguf, model)
+    if kind == "w8a8" and siblings:
+        counts["w8a8"] += fuse_siblings(model)
     by_dtype: dict[torch.dtype, torch.dtype] = {}  # decided once per activation dtype, not per layer
     for parent, attr, full, linear in linears(model, head):
         name = full.removesuffix(".base")  # a LoRA wrapper's base is the model's own layer

@@ -1,6 +1,7 @@
 """Weight-only int8 and int4 linears: both paths compute the quantized model, and spec stays lossless with
 respect to it (greedy, fp32 activations)."""
 
+import copy
 import json
 
 import pytest
@@ -16,6 +17,7 @@ from pardec.model.quant import (
     Int4Linear,
     Int8Linear,
     W8A8Linear,
+    W8A8Part,
     crossover,
     crossovers,
     parse,
@@ -66,6 +68,57 @@ def test_w8a8_gives_each_token_the_same_output_however_many_are_fed_beside_it():
     full = q(x)
     for start, stop in ((0, 1), (7, 8), (3, 12), (20, 40), (39, 40)):
         assert torch.equal(q(x[start:stop]), full[start:stop])
+
+
+class Siblings(nn.Module):  # three linears that a caller may feed the same input, and one that it may not
+    def __init__(self):
+        super().__init__()
+        self.q_proj, self.v_proj = nn.Linear(64, 48), nn.Linear(64, 16)
+        self.k_proj = nn.Linear(64, 16, bias=False)
+        self.o_proj = nn.Linear(48, 64)
+
+
+def test_w8a8_siblings_run_as_one_gemm_whose_columns_are_each_linears_own_output():
+    torch.manual_seed(2)
+    parent = Siblings()
+    own = {n: W8A8Linear(getattr(parent, n)) for n in ("q_proj", "k_proj", "v_proj")}
+    apart = copy.deepcopy(parent)
+    assert quantize(parent, "w8a8") == {"int4": 0, "int8": 0, "w8a8": 4}
+    quantize(apart, "w8a8", siblings=False)
+    parts = {n: getattr(parent, n) for n in own}
+    assert all(type(p) is W8A8Part for p in parts.values()) and type(parent.o_proj) is W8A8Linear
+    fused = parts["q_proj"].siblings
+    assert all(p.siblings is fused for p in parts.values()) and fused.out_features == 80
+    # The shared GEMM's weights are counted once: two anchor rows fewer, k_proj's zero bias more.
+    assert weight_bytes(parent)["kernel"] == weight_bytes(apart)["kernel"] - 2 * 64 * 4 + 16 * 4
+    x, other = torch.randn(3, 64), torch.randn(3, 64)
+    for n in ("q_proj", "k_proj", "v_proj"):  # the usual order: one GEMM serves all three
+        assert torch.equal(parts[n](x), own[n](x))
+    assert fused._memo is None  # every part served: no tensor is held past the forward
+    # Any other order or input computes again rather than serving stale or foreign columns.
+    assert torch.equal(parts["k_proj"](x), own["k_proj"](x))
+    assert torch.equal(parts["k_proj"](x), own["k_proj"](x))  # the same part twice: computed twice
+    assert torch.equal(parts["q_proj"](other), own["q_proj"](other))
+    x.mul_(2)  # changed in place after k_proj saw it
+    assert torch.equal(parts["v_proj"](x), own["v_proj"](x))
+
+
+def test_w8a8_fuses_the_bases_of_lora_wrappers_and_a_block_step_equals_the_unfused_model():
+    model, _ = tiny_model("qwen2")
+    adapters.attach(model, adapters.LoRAConfig("gated-lora", rank=4, alpha=8))
+    randomize_lora(model)
+    apart = copy.deepcopy(model)
+    n_linear = sum(type(m) is nn.Linear for m in model.modules())
+    assert quantize(model, "w8a8", tuned=False) == {"int4": 0, "int8": 0, "w8a8": n_linear}
+    quantize(apart, "w8a8", tuned=False, siblings=False)
+    attention = model.model.layers[0].self_attn
+    assert type(attention.q_proj.base) is W8A8Part and type(attention.o_proj.base) is W8A8Linear
+    assert type(model.model.layers[0].mlp.up_proj.base) is W8A8Part
+    ids = torch.randint(0, 40, (1, 7))
+    on = torch.zeros(1, 7, dtype=torch.bool)
+    on[:, 4:] = True  # the last three positions are block slots: the gated adapters run there
+    with torch.no_grad(), adapters.gated(model, on), adapters.gated(apart, on):
+        torch.testing.assert_close(model(ids).logits, apart(ids).logits, rtol=1e-5, atol=1e-5)
 
 
 def test_quantize_replaces_every_linear_also_inside_lora_and_optionally_the_head():
