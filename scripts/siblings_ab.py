@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
+from attention_ab import primed_cache, timed_step  # this folder's: run as python scripts/siblings_ab.py
 
-from pardec.core.cache import BlockCache
-from pardec.core.step import Block, block_step
+from pardec.core.step import Block
 from pardec.model import load_model
 from pardec.model.invariant_attention import NAME
 from pardec.model.quant import quantize
@@ -32,25 +31,16 @@ def main(argv: list[str] | None = None) -> None:
     apart.model.set_attn_implementation(NAME)
     mask_id = fused.mask_id
     models = {"siblings fused": fused.model, "one per linear": apart.model}
-    prompt = [torch.randint(0, 5000, (args.context,)).tolist()]
-    caches = {}
-    for name, model in models.items():
-        cache = caches[name] = BlockCache.empty(1, model.config, model.device)
-        out = block_step(model, cache, prompt, None, 1, mask_id)
-        cache.commit(out.fed_pos, torch.ones_like(out.pending_valid), 0)
+    caches = {name: primed_cache(model, args.context, mask_id) for name, model in models.items()}
     kinds = {"ar": None, "block8": [[Block(0, [mask_id] * 8)]]}
     times: dict[tuple[str, str], list[float]] = {}
     logits: dict[tuple[str, str], torch.Tensor] = {}
     for r in range(args.rounds):
         for name, model in models.items():
             for kind, blocks in kinds.items():
-                t = time.perf_counter()
-                out = block_step(model, caches[name], [[5]], blocks, 1, mask_id)
+                seconds, logits[(name, kind)] = timed_step(model, caches[name], blocks, mask_id)
                 if r:
-                    times.setdefault((name, kind), []).append(time.perf_counter() - t)
-                logits[(name, kind)] = out.ntp_logits
-                n_block = 0 if blocks is None else out.block_logits.shape[1]
-                caches[name].commit(out.fed_pos, torch.zeros_like(out.pending_valid), n_block)
+                    times.setdefault((name, kind), []).append(seconds)
     for (name, kind), ts in times.items():
         print(f"{name} {kind}: {statistics.median(ts) * 1000:.1f} ms", flush=True)
     for kind in kinds:
