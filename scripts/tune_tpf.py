@@ -3,11 +3,15 @@ this is much faster than `pardec bench`, which times one prompt at a time. Tune 
 reported benchmark does not use, e.g. HumanEval 80-163 (the reported runs use 0-79).
 
     python scripts/tune_tpf.py --task humaneval:80-163 --methods spec,spec@block_reach=0.5
+
+`--by-group` adds the TPF of each group of items, the group being an item id's part before its first
+`/` (a JSONL of held-out prompts with ids such as chat/3, math/7 gives one TPF per domain).
 """
 
 from __future__ import annotations
 
 import argparse
+from collections import defaultdict
 
 import torch
 
@@ -27,27 +31,42 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--adapter", default="auto")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument(
+        "--dtype",
+        choices=("bfloat16", "float32"),
+        default="bfloat16",
+        help="float32 where the CPU emulates bf16 (no avx512_bf16): faster there for batched steps",
+    )
+    p.add_argument("--by-group", action="store_true", help="also the TPF of each id prefix (before '/')")
+    p.add_argument(
         "--batch-size", type=int, default=12, help="rows per batch (little padding, bounded memory)"
     )
     args = p.parse_args(argv)
-    lm = load_model(args.model, torch.bfloat16, args.adapter)
-    prompts = [lm.encode(it.prompt) for it in load_tasks(args.task)]
+    lm = load_model(args.model, getattr(torch, args.dtype), args.adapter)
+    items = load_tasks(args.task)
+    prompts = [lm.encode(it.prompt) for it in items]
+    groups = [it.id.split("/", 1)[0] for it in items]
     for spec in parse_methods(args.methods, DecodeConfig(max_new_tokens=args.max_new_tokens)):
         if spec.label == "ar":
             continue
-        if spec.adapter is not None or spec.hf:
-            raise SystemExit(f"{spec.label}: one model per run here; give the adapter as --adapter")
+        if spec.adapter is not None or spec.external or spec.quant != "none" or spec.compile:
+            raise SystemExit(f"{spec.label}: one model per run here (no @adapter=, @quant=, @compile=, hf)")
         try:
             config, extras = configure(lm, spec.config, "block_size" in spec.sets)
         except PardecError as e:
             raise SystemExit(f"error: {e}") from None
-        tokens = forwards = 0
+        tokens, forwards = defaultdict(int), defaultdict(int)  # by group
         for i in range(0, len(prompts), args.batch_size):
-            for r in decode(
+            rows = decode(
                 lm.model, prompts[i : i + args.batch_size], config, lm.mask_id, lm.stop_ids, extras=extras
-            ):
-                tokens, forwards = tokens + len(r.tokens), forwards + r.forwards
-        print(f"{spec.label}: TPF {tokens / forwards:.3f} ({tokens} tokens, {forwards} forwards)", flush=True)
+            )
+            for group, r in zip(groups[i : i + args.batch_size], rows):
+                tokens[group] += len(r.tokens)
+                forwards[group] += r.forwards
+        t, f = sum(tokens.values()), sum(forwards.values())
+        line = f"{spec.label}: TPF {t / f:.3f} ({t} tokens, {f} forwards)"
+        if args.by_group:
+            line += "; " + ", ".join(f"{g} {tokens[g] / forwards[g]:.3f}" for g in sorted(tokens))
+        print(line, flush=True)
 
 
 if __name__ == "__main__":
