@@ -25,6 +25,13 @@ def category(item_id: str, known: dict[str, str]) -> str:
     return known.get(item_id) or item_id.rsplit("/", 1)[-1]
 
 
+def categories(item_ids: list[str]) -> list[str]:
+    """Each id's category; MT-bench ids (the builtin task's, or a jsonl selection of its questions) name
+    their question's own."""
+    known = mtbench_categories() if any(i.startswith("mtbench/") for i in item_ids) else {}
+    return [category(i, known) for i in item_ids]
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run", help="a bench output folder (with samples.jsonl)")
@@ -32,16 +39,15 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     rows = [json.loads(line) for line in (Path(args.run) / "samples.jsonl").read_text().splitlines()]
     rows = [r for r in rows if args.task is None or r["task"] == args.task]
-    # MT-bench ids (the builtin task's, or a jsonl selection of its questions) name their category
-    known = mtbench_categories() if any(r["id"].startswith("mtbench/") for r in rows) else {}
+    cats_of = categories([r["id"] for r in rows])
     tokens, seconds, forwards = defaultdict(int), defaultdict(float), defaultdict(int)
-    for r in rows:
-        key = (r["method"], category(r["id"], known))
+    for r, c in zip(rows, cats_of):
+        key = (r["method"], c)
         tokens[key] += len(r["tokens"])
         seconds[key] += r["seconds"]
         forwards[key] += r["forwards"]
     methods = list(dict.fromkeys(r["method"] for r in rows))
-    cats = list(dict.fromkeys(category(r["id"], known) for r in rows))
+    cats = list(dict.fromkeys(cats_of))
     print("| category | " + " | ".join(f"{m} TPF | {m} speedup" for m in methods if m != "ar") + " |")
     print("|---|" + "---|---|" * (len(methods) - 1))
     for c in cats:

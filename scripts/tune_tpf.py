@@ -4,8 +4,9 @@ reported benchmark does not use, e.g. HumanEval 80-163 (the reported runs use 0-
 
     python scripts/tune_tpf.py --task humaneval:80-163 --methods spec,spec@block_reach=0.5
 
-`--by-group` adds the TPF of each group of items, the group being an item id's part before its first
-`/` (a JSONL of held-out prompts with ids such as chat/3, math/7 gives one TPF per domain).
+`--by-category` adds the TPF of each category, named as `per_category.py` names them: an MT-bench
+question's own category, else the id's last `/` field (held-out prompts with ids such as
+heldout-writing/3-0/chat give one TPF per domain).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import argparse
 from collections import defaultdict
 
 import torch
+from per_category import categories  # this folder's: run as python scripts/tune_tpf.py
 
 from pardec import configure
 from pardec.bench import parse_methods
@@ -36,7 +38,7 @@ def main(argv: list[str] | None = None) -> None:
         default="bfloat16",
         help="float32 where the CPU emulates bf16 (no avx512_bf16): faster there for batched steps",
     )
-    p.add_argument("--by-group", action="store_true", help="also the TPF of each id prefix (before '/')")
+    p.add_argument("--by-category", action="store_true", help="also the TPF of each category (see above)")
     p.add_argument(
         "--batch-size", type=int, default=12, help="rows per batch (little padding, bounded memory)"
     )
@@ -44,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     lm = load_model(args.model, getattr(torch, args.dtype), args.adapter)
     items = load_tasks(args.task)
     prompts = [lm.encode(it.prompt) for it in items]
-    groups = [it.id.split("/", 1)[0] for it in items]
+    cats = categories([it.id for it in items])
     for spec in parse_methods(args.methods, DecodeConfig(max_new_tokens=args.max_new_tokens)):
         if spec.label == "ar":
             continue
@@ -54,18 +56,18 @@ def main(argv: list[str] | None = None) -> None:
             config, extras = configure(lm, spec.config, "block_size" in spec.sets)
         except PardecError as e:
             raise SystemExit(f"error: {e}") from None
-        tokens, forwards = defaultdict(int), defaultdict(int)  # by group
+        tokens, forwards = defaultdict(int), defaultdict(int)  # by category
         for i in range(0, len(prompts), args.batch_size):
             rows = decode(
                 lm.model, prompts[i : i + args.batch_size], config, lm.mask_id, lm.stop_ids, extras=extras
             )
-            for group, r in zip(groups[i : i + args.batch_size], rows):
-                tokens[group] += len(r.tokens)
-                forwards[group] += r.forwards
+            for c, r in zip(cats[i : i + args.batch_size], rows):
+                tokens[c] += len(r.tokens)
+                forwards[c] += r.forwards
         t, f = sum(tokens.values()), sum(forwards.values())
         line = f"{spec.label}: TPF {t / f:.3f} ({t} tokens, {f} forwards)"
-        if args.by_group:
-            line += "; " + ", ".join(f"{g} {tokens[g] / forwards[g]:.3f}" for g in sorted(tokens))
+        if args.by_category:
+            line += "; " + ", ".join(f"{c} {tokens[c] / forwards[c]:.3f}" for c in sorted(tokens))
         print(line, flush=True)
 
 

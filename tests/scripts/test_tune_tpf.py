@@ -1,8 +1,9 @@
-"""scripts/tune_tpf.py on the tiny model: per-group TPF equals the TPF of that group run alone."""
+"""scripts/tune_tpf.py on the tiny model: per-category TPF equals the TPF of that category run alone."""
 
 import importlib.util
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ SCRIPT = Path(__file__).parents[2] / "scripts" / "tune_tpf.py"
 
 
 def _tune_tpf():
+    sys.path.insert(0, str(SCRIPT.parent))  # it imports per_category.py beside it, as when run as a script
     spec = importlib.util.spec_from_file_location("tune_tpf", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -30,22 +32,22 @@ def _run(capsys, tiny_dir, tiny_adapter, task: str, *extra: str) -> str:
     return capsys.readouterr().out
 
 
-def test_by_group_gives_each_group_the_tpf_it_has_alone(tiny_dir, tiny_adapter, tmp_path, capsys):
-    a = [("a/1", "the cat sat on the mat"), ("a/2", "one two three four")]
-    b = [("b/1", "hello world what is it"), ("b/2", "red blue green"), ("b/3", "the dog ran far")]
-    mixed = [a[0], b[0], a[1], b[1], b[2]]  # batches of 2 hold both groups
-    both = _run(capsys, tiny_dir, tiny_adapter, _write(tmp_path / "ab.jsonl", mixed), "--by-group")
+def test_by_category_gives_each_category_the_tpf_it_has_alone(tiny_dir, tiny_adapter, tmp_path, capsys):
+    a = [("1/a", "the cat sat on the mat"), ("2/a", "one two three four")]
+    b = [("1/b", "hello world what is it"), ("2/b", "red blue green"), ("3/b", "the dog ran far")]
+    mixed = [a[0], b[0], a[1], b[1], b[2]]  # batches of 2 hold both categories
+    both = _run(capsys, tiny_dir, tiny_adapter, _write(tmp_path / "ab.jsonl", mixed), "--by-category")
     got = dict(re.findall(r"([ab]) (\d\.\d{3})", both.split(";", 1)[1]))
     tokens, forwards = map(int, re.search(r"\((\d+) tokens, (\d+) forwards\)", both).groups())
     assert tokens >= forwards > 0 and set(got) == {"a", "b"}
     for name, rows in (("a", a), ("b", b)):
         alone = _run(capsys, tiny_dir, tiny_adapter, _write(tmp_path / f"{name}.jsonl", rows))
         assert re.search(r"TPF (\d\.\d{3})", alone).group(1) == got[name]
-        assert ";" not in alone  # no groups without --by-group
+        assert ";" not in alone  # no categories without --by-category
 
 
 def test_a_method_with_a_model_of_its_own_is_refused(tiny_dir, tiny_adapter, tmp_path, capsys):
-    task = _write(tmp_path / "one.jsonl", [("a/1", "the cat")])
+    task = _write(tmp_path / "one.jsonl", [("1/a", "the cat")])
     with pytest.raises(SystemExit, match="one model per run"):
         _tune_tpf().main(["--model", tiny_dir, "--adapter", tiny_adapter, "--task", task,
                           "--methods", "spec@quant=int8"])  # fmt: skip
