@@ -14,6 +14,8 @@ Built-in, offline sources:
   for step by step in several phrasings;
 - `builtin:chat-kinds`: writing, roleplay, reasoning, STEM, humanities, advice, extraction and
   summarising requests, from templates and word lists (`synthetic.py`);
+- `builtin:chat-kinds2`: new templates and subjects for those kinds, plus math and programming
+  questions asked as chat and ordering puzzles for reasoning (`synthetic.py`);
 - `builtin:heldout`: code, chat and math prompts in turn that no other source holds, for `pardec
   calibrate`.
 No item of HumanEval, GSM8K or the MT-bench questions may enter training data: `ContaminationFilter`
@@ -247,6 +249,9 @@ SOURCES = {
     "builtin:sharegpt": sharegpt_prompts,
     "builtin:math": lambda: synthetic.math_prompts(_RAW),
     "builtin:chat-kinds": lambda: synthetic.chat_prompts(_RAW),
+    "builtin:chat-kinds2": lambda: synthetic.chat_prompts(
+        _RAW, draws=16, seed=3, kinds="chat_kinds_2", suffix="2"
+    ),
     "builtin:heldout": heldout_prompts,
 }
 BUILTIN = tuple(SOURCES)

@@ -1,5 +1,6 @@
 """Prompts filled in from templates with seeded random draws: math word problems and chat requests of
-every kind (writing, roleplay, reasoning, STEM, humanities, advice, extraction, summarising).
+every kind (writing, roleplay, reasoning, math, coding, STEM, humanities, advice, extraction,
+summarising).
 
 The answers come from the model itself, so the prompts only need to vary and to read naturally; the
 same seed gives the same prompts on every machine. Templates and word lists live in `prompts.json`.
@@ -75,24 +76,54 @@ def _record(rng: random.Random, lists: dict) -> str:
     )
 
 
-def chat_prompts(lists: dict, draws: int = 30, seed: int = 0) -> list[dict]:
-    """Every template of every kind with `draws` distinct subjects, ids `kind/template-draw`."""
+def _puzzle(rng: random.Random, lists: dict) -> str:
+    """An ordering puzzle with one answer: a hidden ranking of 3-5 people, told as comparisons of
+    neighbours in shuffled order, with a question about its ends."""
+    n = rng.randint(3, 5)
+    names = rng.sample(lists["math_names"], n)  # the ranking, first = most
+    more, less, most, least = rng.choice(lists["puzzle_relations"])
+    facts = []
+    for a, b in zip(names, names[1:]):
+        facts.append(f"{a} is {more} {b}." if rng.random() < 0.5 else f"{b} is {less} {a}.")
+    rng.shuffle(facts)
+    question = rng.choice(
+        [f"Who is the {most}?", f"Who is the {least}?", f"Who is the {most}, and who is the {least}?"]
+    )
+    return " ".join(facts) + " " + question
+
+
+# Placeholder -> word list of `prompts.json`; `record` and `puzzle` are drawn anew for every prompt.
+POOLS = {
+    "topic": "chat_subjects",
+    "persona": "chat_personas",
+    "stem": "chat_stem",
+    "humanity": "chat_humanities",
+    "topic2": "chat_subjects_2",
+    "persona2": "chat_personas_2",
+    "stem2": "chat_stem_2",
+    "humanity2": "chat_humanities_2",
+    "mathidea": "chat_math_ideas",
+    "concept": "chat_concepts",
+}
+DRAWN = {"record": _record, "puzzle": _puzzle}
+
+
+def chat_prompts(
+    lists: dict, draws: int = 30, seed: int = 0, kinds: str = "chat_kinds", suffix: str = ""
+) -> list[dict]:
+    """Every template of every kind in `lists[kinds]` with `draws` distinct subjects, ids
+    `kind<suffix>/template-draw`."""
     rng = random.Random(seed)
-    pools = {
-        "topic": lists["chat_subjects"],
-        "persona": lists["chat_personas"],
-        "stem": lists["chat_stem"],
-        "humanity": lists["chat_humanities"],
-    }
     out = []
-    for kind, templates in lists["chat_kinds"].items():
+    for kind, templates in lists[kinds].items():
         for t, template in enumerate(templates):
-            fields = sorted(f for f in set(_fields(template)) if f in pools)
-            # Distinct subjects for each template (a record is new at every draw anyway).
-            combos = list(itertools.product(*(pools[f] for f in fields))) if fields else [()] * draws
+            fields = sorted(f for f in set(_fields(template)) if f in POOLS)
+            # Distinct subjects for each template (a record or puzzle is new at every draw anyway).
+            combos = list(itertools.product(*(lists[POOLS[f]] for f in fields))) if fields else [()] * draws
             for n, combo in enumerate(rng.sample(combos, min(draws, len(combos)))):
                 values = dict(zip(fields, combo))
-                if "record" in _fields(template):
-                    values["record"] = _record(rng, lists)
-                out.append({"id": f"{kind}/{t}-{n}", "prompt": template.format(**values)})
+                for name, draw in DRAWN.items():
+                    if name in _fields(template):
+                        values[name] = draw(rng, lists)
+                out.append({"id": f"{kind}{suffix}/{t}-{n}", "prompt": template.format(**values)})
     return out

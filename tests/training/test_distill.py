@@ -1,6 +1,8 @@
 """Self-distillation: sources, the contamination filter, resumable batched generation; the retrofit CLI."""
 
 import json
+import random
+import re
 
 import pytest
 import torch
@@ -8,6 +10,7 @@ import torch
 from pardec import load_model
 from pardec.cli import main
 from pardec.decoding import DecodeConfig
+from pardec.training import sources, synthetic
 from pardec.training.distill import distill
 from pardec.training.sources import BUILTIN, ContaminationFilter, code_prompts, read_prompt_source
 
@@ -47,6 +50,7 @@ def test_code_prompts_come_from_the_standard_library():
         "builtin:code-complete",
         "builtin:math",
         "builtin:chat-kinds",
+        "builtin:chat-kinds2",
     ],
 )
 def test_generated_prompts_are_distinct_and_clear_of_the_benchmarks(source):
@@ -68,6 +72,31 @@ def test_synthetic_prompts_are_reproducible_and_cover_every_kind():
     kinds = {p["id"].split("/")[0] for p in read_prompt_source("builtin:chat-kinds")}
     assert kinds == {"writing", "roleplay", "reasoning", "stem", "humanities", "advice", "extraction",
                      "summarising"}  # fmt: skip
+    kinds2 = read_prompt_source("builtin:chat-kinds2")
+    assert {p["id"].split("/")[0] for p in kinds2} == {k + "2" for k in kinds | {"math", "coding"}}
+    assert "{" not in "".join(p["prompt"] for p in kinds2)
+    old = {p["prompt"] for p in read_prompt_source("builtin:chat-kinds")}
+    assert not old & {p["prompt"] for p in kinds2}  # new requests, not the first source's again
+
+
+def test_ordering_puzzles_have_exactly_one_answer():
+    rng = random.Random(0)
+    for _ in range(200):
+        text = synthetic._puzzle(rng, sources._RAW)
+        facts = re.findall(r"(\w+) is (\w+) than (\w+)\.", text)
+        more = {r[0] for r in sources._RAW["puzzle_relations"]}
+        # a > b for every fact, in the puzzle's own relation
+        pairs = [(a, b) if f"{rel} than" in more else (b, a) for a, rel, b in facts]
+        names = {x for p in pairs for x in p}
+        assert len(pairs) == len(names) - 1  # neighbours of the hidden ranking, each once
+        below = dict(pairs)
+        assert len(below) == len(pairs)  # nobody is compared downwards twice: a chain, not a tree
+        (top,) = names - set(below.values())
+        chain = [top]
+        while chain[-1] in below:
+            chain.append(below[chain[-1]])
+        assert sorted(chain) == sorted(names)  # one ranking covers everyone: the answer is unique
+        assert text.rstrip().endswith("?")
 
 
 def test_heldout_prompts_are_in_no_other_source_and_alternate_kinds():
