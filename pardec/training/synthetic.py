@@ -117,13 +117,14 @@ def chat_prompts(
     out = []
     for kind, templates in lists[kinds].items():
         for t, template in enumerate(templates):
-            fields = sorted(f for f in set(_fields(template)) if f in POOLS)
+            names = set(_fields(template))
+            fields = sorted(f for f in names if f in POOLS)
+            drawn = [(name, draw) for name, draw in DRAWN.items() if name in names]
             # Distinct subjects for each template (a record or puzzle is new at every draw anyway).
             combos = list(itertools.product(*(lists[POOLS[f]] for f in fields))) if fields else [()] * draws
             for n, combo in enumerate(rng.sample(combos, min(draws, len(combos)))):
                 values = dict(zip(fields, combo))
-                for name, draw in DRAWN.items():
-                    if name in _fields(template):
-                        values[name] = draw(rng, lists)
+                for name, draw in drawn:
+                    values[name] = draw(rng, lists)
                 out.append({"id": f"{kind}{suffix}/{t}-{n}", "prompt": template.format(**values)})
     return out
