@@ -24,3 +24,17 @@ def machine() -> dict:
     return dict(cpu=model, amx="amx_tile" in flags, avx512_bf16="avx512_bf16" in flags,
                 threads=torch.get_num_threads(), torch=torch.__version__,
                 cuda=torch.cuda.get_device_name() if torch.cuda.is_available() else None)  # fmt: skip
+
+
+def native_bf16() -> bool:
+    """Whether bf16 matmuls run on matrix instructions here (a GPU, AMX or AVX-512 bf16). Elsewhere
+    torch emulates them, several times slower than float32 (benchmarks/int4-avx2-zen3.md)."""
+    m = machine()
+    return m["cuda"] is not None or m["amx"] or m["avx512_bf16"]
+
+
+def default_dtype(compute_bound: bool = False) -> torch.dtype:
+    """The dtype "auto" means: bf16 (half the bytes a one-token forward reads), but float32 for
+    compute-bound jobs (training, batched distillation) where bf16 matmuls are emulated, which there
+    run several times faster in float32 from a few dozen tokens per matmul (benchmarks/avx2-epyc.md)."""
+    return torch.float32 if compute_bound and not native_bf16() else torch.bfloat16

@@ -244,14 +244,16 @@ def plot_cost(cost: StepCost, path: Path) -> None:
 
 def write(result: BenchResult, out: Path, command: str, adapter: str | None = None,
           cost: StepCost | None = None, memory: dict | None = None,
-          lookups: dict | None = None) -> None:  # fmt: skip
+          lookups: dict | None = None, dtype: str | None = None) -> None:  # fmt: skip
     """`adapter`: the checkpoint the run's model carries (methods without an adapter of their own);
     `cost`: the machine's step cost for the run's model, recorded with the results and plotted;
     `memory`: the run's peak resident set and each method's weights in MiB (`memory_line`);
-    `lookups`: per method, what it learned of its looked-up drafts (LookupStats.to_json)."""
+    `lookups`: per method, what it learned of its looked-up drafts (LookupStats.to_json);
+    `dtype`: the run's model dtype (--dtype auto decides it by the machine)."""
     out.mkdir(parents=True, exist_ok=True)
-    meta = dict(command=command, adapter=adapter, torch=torch.__version__, threads=torch.get_num_threads(),
-                machine=machine(), step_cost=None if cost is None else cost.to_json())  # fmt: skip
+    meta = dict(command=command, adapter=adapter, dtype=dtype, torch=torch.__version__,
+                threads=torch.get_num_threads(), machine=machine(),
+                step_cost=None if cost is None else cost.to_json())  # fmt: skip
     meta["memory"] = memory
     meta["lookup"] = lookups or {}
     if cost is not None:

@@ -101,6 +101,7 @@ def bench(opts: BenchOptions) -> BenchResult:
                if "lookup" in getattr(r, "extras", {}) and s.config.lookup}  # fmt: skip
     lookups |= {f"{s.label} (datastore)": r.extras["store_lookup"].to_json() for s, r in zip(specs, runners)
                 if "store_lookup" in getattr(r, "extras", {}) and s.config.datastore}  # fmt: skip
-    write(result, out, opts.command, None if lm.adapter is None else str(lm.adapter), cost, memory, lookups)
+    write(result, out, opts.command, None if lm.adapter is None else str(lm.adapter), cost, memory, lookups,
+          dtype=str(lm.model.dtype).removeprefix("torch."))  # fmt: skip
     progress.unlink()  # samples.jsonl now holds every run
     return result

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-DTYPES = ("float32", "bfloat16")
+DTYPES = ("auto", "float32", "bfloat16")
 
 
 # fmt: off
@@ -15,8 +15,11 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=DEFAULT_MODEL,
                    help=f"Hugging Face id or folder, a .gguf file, or a packaged alias "
                         f"({', '.join(PACKAGED)}); default {DEFAULT_MODEL}")
-    p.add_argument("--dtype", choices=DTYPES, default="bfloat16",
-                   help="bfloat16 for speed (default); float32 for exactness checks")
+    p.add_argument("--dtype", choices=DTYPES, default="auto",
+                   help="auto (default): bfloat16, but float32 for training and distillation on a CPU "
+                        "without AMX or AVX-512 bf16, where bf16 matmuls are emulated and those "
+                        "many-token forwards run several times faster in float32; float32 for "
+                        "exactness checks")
 # fmt: on
 
 
@@ -47,10 +50,14 @@ def add_forward_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def dtype(args):
+def dtype(args, compute_bound: bool = False):
+    """--dtype as a torch dtype; `compute_bound`: the job feeds many tokens per matmul (training,
+    batched distillation), where "auto" takes float32 on CPUs that emulate bf16."""
     import torch
 
-    return getattr(torch, args.dtype)
+    from ..machine import default_dtype
+
+    return default_dtype(compute_bound) if args.dtype == "auto" else getattr(torch, args.dtype)
 
 
 # fmt: off
@@ -92,9 +99,12 @@ def add_run_args(p: argparse.ArgumentParser, cfg, checkpoint: str) -> None:
 
 def run_settings(args) -> dict:
     """The add_run_args settings, as fields of TrainConfig and DrafterTrainConfig."""
+    import torch
+
     return dict(
         lr=args.lr, steps=args.steps, grad_accum=args.grad_accum, max_length=args.max_length,
-        bf16=args.dtype == "bfloat16", seed=args.seed, eval_every=args.eval_every, eval_prompts=args.heldout,
+        bf16=dtype(args, compute_bound=True) == torch.bfloat16, seed=args.seed, eval_every=args.eval_every,
+        eval_prompts=args.heldout,
     )  # fmt: skip
 
 
@@ -106,7 +116,7 @@ def train_and_report(args, cfg, what: str, train) -> None:
 
     train_rows, held_rows = split_heldout([read_pairs(f) for f in args.data], args.data, args.heldout)
     # The base stays in the chosen dtype (frozen); what trains is float32.
-    lm = load_model(args.model, dtype(args), "none")
+    lm = load_model(args.model, dtype(args, compute_bound=True), "none")
     examples = tokenize(lm.model, lm.tokenizer, train_rows, cfg.max_length)
     hist = train(lm, examples, [lm.encode(r["prompt"]) for r in held_rows])
     last = hist[-1]

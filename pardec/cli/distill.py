@@ -48,7 +48,8 @@ def run(args) -> None:
     ]
     prompts = prompts[: args.limit] if args.limit else prompts
     filt = ContaminationFilter.from_benchmarks()
-    lm = load_model(args.model, common.dtype(args), "none")
+    # From 16 rows a batch's matmuls are compute-bound: float32 there where bf16 is emulated.
+    lm = load_model(args.model, common.dtype(args, compute_bound=args.batch_size >= 16), "none")
     stats = distill(lm, prompts, args.out, config, filt, args.batch_size)
     print(
         f"distill: wrote {stats['written']} answers ({stats['tokens']} tokens) to {args.out}; "

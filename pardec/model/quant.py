@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..machine import machine
+from ..machine import machine, native_bf16
 
 QUANTS = ("none", "int8", "int4", "w8a8", "gguf")
 LOW_MEMORY = "-lowmem"  # int4-lowmem: no dense copies, the kernel for every forward
@@ -335,10 +335,7 @@ def activation_dtype(kind: str, dtype: torch.dtype) -> torch.dtype:
 def copies_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype of dense copies for activations of `dtype`: float32 for bf16 on a CPU without bf16
     matrix instructions (neither AMX nor AVX-512 bf16), whose bf16 matmuls are emulated; else `dtype`."""
-    m = machine()
-    if dtype == torch.bfloat16 and m["cuda"] is None and not (m["amx"] or m["avx512_bf16"]):
-        return torch.float32
-    return dtype
+    return torch.float32 if dtype == torch.bfloat16 and not native_bf16() else dtype
 
 
 def fits_int4(k: int, group: int = GROUP) -> bool:  # k: input count; any output count is padded

@@ -31,6 +31,7 @@ def test_bench_on_a_tiny_model_writes_all_files(tiny_dir, tiny_adapter, tmp_path
               "reliability.png"):  # fmt: skip
         assert (out / f).stat().st_size > 0, f
     res = json.loads((out / "results.json").read_text())
+    assert res["meta"]["dtype"] == "float32"  # recorded: --dtype auto would pick it by the machine
     recs = {r["method"]: r for r in res["records"]}
     assert list(recs) == ["hf", "ar", TH, "eb@gamma=0.5", SPEC]
     for r in recs.values():
@@ -415,12 +416,12 @@ def test_nll_is_scored_in_float32_where_bf16_is_emulated_and_the_decoding_model_
 ):
     from tiny import tiny_model
 
-    import pardec.model.quant as quant
+    import pardec.machine
     from pardec.bench.run import mean_nll
     from pardec.bench.session import scoring_model
 
     flags = dict(amx=not emulated, avx512_bf16=not emulated, cuda=None)
-    monkeypatch.setattr(quant, "machine", lambda: flags)
+    monkeypatch.setattr(pardec.machine, "machine", lambda: flags)
     model, _ = tiny_model("qwen2")
     model = model.bfloat16()
     scorer = scoring_model(model)

@@ -418,3 +418,24 @@ def test_a_datastore_of_the_models_own_answers_beside_the_adapter_cuts_forwards(
     data.write_text(json.dumps(rows[1]) + "\n")
     code, _, err = run_cli(capsys, "datastore", "--model", tiny_dir, "--data", str(data), "--out", str(ck))
     assert code == 2 and "no answers left" in err
+
+
+def test_dtype_auto_trains_in_float32_only_where_the_machine_emulates_bf16(monkeypatch):
+    import argparse
+
+    import pardec.machine
+    from pardec.cli import common
+
+    p = argparse.ArgumentParser()
+    common.add_model_args(p)
+    for native, want in ((False, torch.float32), (True, torch.bfloat16)):
+        flags = dict(amx=native, avx512_bf16=False, cuda=None)
+        monkeypatch.setattr(pardec.machine, "machine", lambda f=flags: f)
+        args = p.parse_args([])
+        assert args.dtype == "auto" and common.dtype(args, compute_bound=True) is want
+        assert common.dtype(args) is torch.bfloat16  # decoding: half the bytes a token reads
+        run = dict(lr=1e-3, steps=1, grad_accum=1, max_length=8, seed=0, eval_every=1, heldout=1)
+        assert common.run_settings(argparse.Namespace(**vars(args), **run))["bf16"] is native
+    asked = p.parse_args(["--dtype", "bfloat16"])
+    assert common.dtype(asked, compute_bound=True) is torch.bfloat16  # asked for: kept
+    assert common.dtype(p.parse_args(["--dtype", "float32"])) is torch.float32

@@ -232,9 +232,13 @@ def test_tuning_stops_timing_a_shape_once_its_kernel_loses(monkeypatch):
                                         (dict(amx=True, avx512_bf16=True), torch.bfloat16),
                                         (dict(amx=False, avx512_bf16=True), torch.bfloat16)])  # fmt: skip
 def test_dense_copies_are_float32_where_bf16_matmuls_are_emulated(monkeypatch, flags, want):
+    import pardec.machine
     import pardec.model.quant as quant
 
-    monkeypatch.setattr(quant, "machine", lambda: dict(flags, cuda=None))
+    monkeypatch.setattr(pardec.machine, "machine", lambda: dict(flags, cuda=None))
+    # --dtype auto: float32 for training where bf16 is emulated; bf16 (half the bytes) to decode
+    assert pardec.machine.default_dtype(compute_bound=True) is want
+    assert pardec.machine.default_dtype() is torch.bfloat16
     assert quant.copies_dtype(torch.bfloat16) is want and quant.copies_dtype(torch.float32) is torch.float32
     torch.manual_seed(0)
     linear = nn.Linear(64, 32, bias=True).bfloat16()
