@@ -28,7 +28,7 @@ def machine() -> dict:
 
 def native_bf16() -> bool:
     """Whether bf16 matmuls run on matrix instructions here (a GPU, AMX or AVX-512 bf16). Elsewhere
-    torch emulates them, several times slower than float32 (benchmarks/int4-avx2-zen3.md)."""
+    torch emulates them: from about 16 tokens several times slower than float32 (benchmarks/avx2-epyc.md)."""
     m = machine()
     return m["cuda"] is not None or m["amx"] or m["avx512_bf16"]
 
