@@ -26,6 +26,10 @@ def machine() -> dict:
                 cuda=torch.cuda.get_device_name() if torch.cuda.is_available() else None)  # fmt: skip
 
 
+# Rows per matmul from which emulated bf16 is slower than float32 (benchmarks/avx2-epyc.md).
+EMULATED_BF16_LOSES_FROM = 16
+
+
 def native_bf16() -> bool:
     """Whether bf16 matmuls run on matrix instructions here (a GPU, AMX or AVX-512 bf16). Elsewhere
     torch emulates them: from about 16 tokens several times slower than float32 (benchmarks/avx2-epyc.md)."""
@@ -36,5 +40,5 @@ def native_bf16() -> bool:
 def default_dtype(compute_bound: bool = False) -> torch.dtype:
     """The dtype "auto" means: bf16 (half the bytes a one-token forward reads), but float32 for
     compute-bound jobs (training, batched distillation) where bf16 matmuls are emulated, which there
-    run several times faster in float32 from a few dozen tokens per matmul (benchmarks/avx2-epyc.md)."""
+    run several times faster in float32 (from EMULATED_BF16_LOSES_FROM rows per matmul)."""
     return torch.float32 if compute_bound and not native_bf16() else torch.bfloat16

@@ -34,6 +34,7 @@ def add_arguments(d) -> None:
 
 def run(args) -> None:
     from ..decoding import DecodeConfig
+    from ..machine import EMULATED_BF16_LOSES_FROM
     from ..model import load_model
     from ..training.distill import distill
     from ..training.sources import ContaminationFilter, read_prompt_source
@@ -48,8 +49,8 @@ def run(args) -> None:
     ]
     prompts = prompts[: args.limit] if args.limit else prompts
     filt = ContaminationFilter.from_benchmarks()
-    # From 16 rows a batch's matmuls are compute-bound: float32 there where bf16 is emulated.
-    lm = load_model(args.model, common.dtype(args, compute_bound=args.batch_size >= 16), "none")
+    compute_bound = args.batch_size >= EMULATED_BF16_LOSES_FROM  # a batch's rows share each matmul
+    lm = load_model(args.model, common.dtype(args, compute_bound=compute_bound), "none")
     stats = distill(lm, prompts, args.out, config, filt, args.batch_size)
     print(
         f"distill: wrote {stats['written']} answers ({stats['tokens']} tokens) to {args.out}; "

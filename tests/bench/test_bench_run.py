@@ -31,7 +31,7 @@ def test_bench_on_a_tiny_model_writes_all_files(tiny_dir, tiny_adapter, tmp_path
               "reliability.png"):  # fmt: skip
         assert (out / f).stat().st_size > 0, f
     res = json.loads((out / "results.json").read_text())
-    assert res["meta"]["dtype"] == "float32"  # recorded: --dtype auto would pick it by the machine
+    assert res["meta"]["dtype"] == "float32"  # the run's dtype is recorded with its results
     recs = {r["method"]: r for r in res["records"]}
     assert list(recs) == ["hf", "ar", TH, "eb@gamma=0.5", SPEC]
     for r in recs.values():
