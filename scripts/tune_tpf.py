@@ -16,6 +16,7 @@ from collections import defaultdict
 
 import torch
 from per_category import categories  # this folder's: run as python scripts/tune_tpf.py
+from tqdm import tqdm
 
 from pardec import configure
 from pardec.bench import parse_methods
@@ -57,7 +58,8 @@ def main(argv: list[str] | None = None) -> None:
         except PardecError as e:
             raise SystemExit(f"error: {e}") from None
         tokens, forwards = defaultdict(int), defaultdict(int)  # by category
-        for i in range(0, len(prompts), args.batch_size):
+        starts = range(0, len(prompts), args.batch_size)
+        for i in tqdm(starts, desc=spec.label, unit="batch", leave=False):
             rows = decode(
                 lm.model, prompts[i : i + args.batch_size], config, lm.mask_id, lm.stop_ids, extras=extras
             )
