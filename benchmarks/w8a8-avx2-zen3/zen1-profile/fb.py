@@ -3,7 +3,6 @@ torch.set_num_threads(2)
 print(hasattr(torch, "fbgemm_linear_int8_weight_fp32_activation"), hasattr(torch, "fbgemm_pack_quantized_matrix"))
 N, K = 4864, 896
 w = torch.randn(N, K)
-q, s, z, offs = None, None, None, None
 wq, col_offsets, scale, zp = torch.fbgemm_linear_quantize_weight(w)
 packed = torch.fbgemm_pack_quantized_matrix(wq)
 print(type(packed), packed.dtype, packed.shape)
@@ -17,7 +16,6 @@ def bench(f, n=300):
     for _ in range(n): f()
     return (time.perf_counter() - t) / n * 1e3
 print("aten fbgemm 1 tok ms", bench(lambda: torch.fbgemm_linear_int8_weight_fp32_activation(x, wq, packed, col_offsets, scale, zp, b)))
-from torch.ao.nn.quantized.dynamic import Linear as DL
 qw = torch.quantize_per_channel(w, w.abs().amax(1)/127, torch.zeros(N, dtype=torch.long), 0, torch.qint8)
 pk = torch.ops.quantized.linear_prepack(qw, None)
 print("quantized::linear_dynamic 1 tok ms", bench(lambda: torch.ops.quantized.linear_dynamic(x, pk, True)))
