@@ -2,7 +2,9 @@
 
 `hf` (transformers' own `generate`, greedy) is a runner like the others: a reference for pardec's
 AR loop; `llamacpp` (llama.cpp on the model's own GGUF, greedy) is the baseline a local user would run.
-A method may carry an adapter of its own (`spec@adapter=PATH`), decoded with that model.
+A method may carry an adapter of its own (`spec@adapter=PATH`), decoded with that model, and a dtype of
+its own (`spec@dtype=float32`): where a CPU emulates bf16, compiled float32 steps can beat bf16 ones, and
+only a run holding both says by how much.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ LLAMACPP = "llamacpp"
 EXTERNAL = (HF, LLAMACPP)  # greedy decoders that are not pardec's loop
 # The value after `method@` without a name sets this setting.
 AUTO = ("threshold", "gamma")  # settings that take "auto": the value `pardec calibrate` saved
+DTYPES = ("float32", "bfloat16")  # a method's own @dtype=
 PRIMARY = {"threshold": "threshold", "eb": "gamma", "spec": "block_size", "dflash": "block_size"}
 
 
@@ -36,6 +39,7 @@ class MethodSpec:
     adapter: str | None = None  # a checkpoint folder of its own (spec@adapter=PATH); None: the run's model
     quant: str = "none"  # its model's weight-only quantization (ar@quant=int8)
     compile: bool = False  # its steps through torch.compile (spec@compile=true; model/compiled.py)
+    dtype: str | None = None  # its model's dtype (spec@dtype=float32); None: the run's --dtype
     sets: frozenset[str] = frozenset()  # the DecodeConfig fields the label sets (no trained D overrides them)
     external: str | None = None  # "hf" or "llamacpp" instead of pardec's loop
 
@@ -58,7 +62,13 @@ def parse_methods(text: str, base: DecodeConfig, default_quant: str = "none") ->
             raise PardecError(f"unknown method '{name}' in --methods: choose from {', '.join(names)}")
         own_model = name in EXTERNAL or METHODS[name].own_model  # llamacpp, hf, dflash: not ours to quantize
         kw, adapter, quant, compiled = {}, None, "none" if own_model else default_quant, False
+        dtype = None
         for s in settings:
+            if s.startswith("dtype="):
+                dtype = s.partition("=")[2]
+                if dtype not in DTYPES or (own_model and name != HF):  # hf decodes the loaded model too
+                    raise PardecError(f"bad setting '{s}' in '{label}': dtype= takes {' or '.join(DTYPES)}")
+                continue
             if s.startswith("compile="):
                 value = s.partition("=")[2]
                 if value not in ("0", "1", "true", "false") or own_model:
@@ -107,6 +117,7 @@ def parse_methods(text: str, base: DecodeConfig, default_quant: str = "none") ->
                 adapter,
                 quant,
                 compiled,
+                dtype,
                 frozenset(kw),
                 external=name if name in EXTERNAL else None,
             )  # fmt: skip
@@ -176,20 +187,31 @@ class HFRunner:
         return Decoded(tokens, len(tokens), [1] * len(tokens), time.perf_counter() - t)
 
 
-def model_for(s: MethodSpec, lm: LoadedModel, own: dict[tuple[str | None, str], LoadedModel]) -> LoadedModel:
-    """The model a method decodes with: the run's, or the one loaded for its own adapter and quantization."""
-    return lm if s.adapter is None and s.quant == "none" else own[(s.adapter, s.quant)]
+OwnKey = tuple[str | None, str, str | None]  # (adapter, quant, dtype) of a method's own model
+
+
+def own_key(s: MethodSpec) -> OwnKey | None:
+    """The key of the model a method loads for itself; None where it decodes with the run's."""
+    own = s.adapter is not None or s.quant != "none" or s.dtype is not None
+    return (s.adapter, s.quant, s.dtype) if own else None
+
+
+def model_for(s: MethodSpec, lm: LoadedModel, own: dict[OwnKey, LoadedModel]) -> LoadedModel:
+    """The model a method decodes with: the run's, or the one loaded for its own adapter, quantization
+    and dtype."""
+    key = own_key(s)
+    return lm if key is None else own[key]
 
 
 def make_runners(
     lm: LoadedModel,
     specs: list[MethodSpec],
-    own: dict[tuple[str | None, str], LoadedModel],
+    own: dict[OwnKey, LoadedModel],
     sets_block_size: bool,
     options: dict,
 ) -> list[Runner]:
-    """A runner per spec; `own`: the model loaded for each spec's own adapter and quantization, by
-    (path, quant)."""
+    """A runner per spec; `own`: the model loaded for each spec's own adapter, quantization and dtype
+    (own_key)."""
     runners: list[Runner] = []
     compiled: dict[int, LoadedModel] = {}  # one compiled variant per model, shared by its methods
     for s in specs:

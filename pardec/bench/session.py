@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from ..errors import PardecError
 from ..model import checkpoint, load_model
 from ..model.quant import copies_dtype, weight_bytes
 from ..tasks import load_tasks
-from .methods import make_runners, model_for, parse_methods
+from .methods import make_runners, model_for, own_key, parse_methods
 from .report import write
 from .run import BenchResult, read_log, run_bench
 
@@ -55,19 +56,23 @@ def bench(opts: BenchOptions) -> BenchResult:
         **({} if opts.block_size is None else {"block_size": opts.block_size}),
     )
     specs = parse_methods(opts.methods, base, opts.quant)
+    # A method's @dtype= that is the run's own is no dtype of its own: it shares the run's model.
+    specs = [dataclasses.replace(s, dtype=None) if s.dtype and getattr(torch, s.dtype) == opts.dtype else s
+             for s in specs]  # fmt: skip
     # Each method's own adapter is checked before any model loads, so a bad path fails fast.
     own_paths = {s.adapter for s in specs if s.adapter not in (None, "none")}  # none: the bare model
     for path in own_paths:
         checkpoint.read_settings(path)
-    own_keys = {(s.adapter, s.quant) for s in specs if s.adapter is not None or s.quant != "none"}
+    own_keys = {own_key(s) for s in specs} - {None}
     items = load_tasks(opts.task, opts.limit, opts.offset)
     out = Path(opts.out)
     progress, samples = out / "progress.jsonl", out / "samples.jsonl"
     if opts.resume and not progress.is_file() and not samples.is_file():
         raise PardecError(f"nothing to resume: {out} has neither progress.jsonl nor samples.jsonl")
     lm = load_model(opts.model, opts.dtype, opts.adapter)
-    own = {(path, quant): load_model(opts.model, opts.dtype, opts.adapter if path is None else path, quant)
-           for path, quant in own_keys}  # fmt: skip
+    own = {(path, quant, dtype): load_model(opts.model, getattr(torch, dtype) if dtype else opts.dtype,
+                                            opts.adapter if path is None else path, quant)
+           for path, quant, dtype in own_keys}  # fmt: skip
     runners = make_runners(lm, specs, own, opts.block_size is not None, {"drafter": opts.drafter})
     # NLL is measured under the untouched base model. A gated adapter is off in plain forwards, so
     # there the adapted model already is the base model.

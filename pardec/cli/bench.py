@@ -30,7 +30,9 @@ def add_arguments(b) -> None:
                         "@adapter=PATH gives a method its own adapter (e.g. ar,spec,spec@adapter=runs/new "
                         "compares two adapters against the same ar; @adapter=none decodes the bare model); "
                         "@quant=int4 (none, int8, int4, gguf, ...) its weights quantized; @compile=true "
-                        "its steps through torch.compile; 'llamacpp' = llama.cpp on the same GGUF")
+                        "its steps through torch.compile; @dtype=float32 (or bfloat16) a model in that "
+                        "dtype instead of --dtype's, e.g. ar,spec@dtype=float32@compile=true where bf16 is "
+                        "emulated; 'llamacpp' = llama.cpp on the same GGUF")
     from ..model.quant import CHOICES
     b.add_argument("--quant", choices=CHOICES, default="none",
                    help="quantization of every pardec method without a @quant= of its own, ar (the "

@@ -106,6 +106,9 @@ def test_method_specs_parse_and_reject_nonsense():
         "spec@compile=yes",
         "llamacpp@compile=true",
         "spec@quant=w8a8@compile=true",
+        "spec@dtype=float16",
+        "llamacpp@dtype=float32",
+        "dflash@dtype=float32",
     ):
         with pytest.raises(PardecError):
             parse_methods(bad, DecodeConfig())
@@ -125,6 +128,8 @@ def test_method_specs_parse_and_reject_nonsense():
     ]
     with pytest.raises(PardecError, match="unknown quantization"):
         parse_methods("spec", DecodeConfig(), "int3")
+    typed = parse_methods("ar,spec@dtype=float32@compile=true,hf@dtype=bfloat16", DecodeConfig())
+    assert [(s.dtype, s.compile) for s in typed] == [(None, False), ("float32", True), ("bfloat16", False)]
 
 
 def test_a_method_may_decode_the_bare_model_beside_the_runs_adapter(tiny_dir, tmp_path, capsys):
@@ -153,7 +158,7 @@ def test_a_method_with_an_adapter_of_its_own_decodes_with_that_model(tiny_dir):
             p.add_(torch.randn_like(p))  # a different model: its greedy text differs from ar's
     items = [Item(f"a/{i}", w, {}, "a") for i, w in enumerate(["hello world", "the cat sat", "one two"])]
     specs = parse_methods("ar,ar@adapter=x,spec@3", DecodeConfig(max_new_tokens=6, block_size=3))
-    runners = make_runners(lm, specs, {("x", "none"): other}, True, {})
+    runners = make_runners(lm, specs, {("x", "none", None): other}, True, {})
     res = run_bench(runners, items, "a", lm.model, progress=False)
     recs = {r["method"]: r for r in res.records}
     assert recs["spec@3"]["identical_to_ar"] == 1.0 and recs["ar@adapter=x"]["identical_to_ar"] < 1.0
@@ -326,6 +331,29 @@ def test_a_quantized_method_runs_beside_the_unquantized_ones(tiny_dir, tmp_path)
     assert held["ar@quant=int4"]["weights"] < held["ar@quant=int8"]["weights"] < held["ar"]["weights"]
     assert memory["peak_rss_mb"] > held["ar"]["weights"]
     assert "peak resident set" in (out / "results.md").read_text()
+
+
+def test_a_method_with_a_dtype_of_its_own_decodes_a_model_in_that_dtype(tiny_dir, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ["hello world", "the cat sat"]))
+    out = tmp_path / "out"
+    methods = "ar,ar@dtype=bfloat16,ar@dtype=float32,spec@dtype=float32@block_size=3,hf@dtype=float32"
+    code = main(f"bench --model {tiny_dir} --dtype bfloat16 --adapter none --task jsonl:{prompts} "
+                f"--max-new-tokens 6 --out {out} --methods {methods}".split())  # fmt: skip
+    assert code == 0
+    res = json.loads((out / "results.json").read_text())
+    held = res["meta"]["memory"]["weights_mb"]
+    # float32 weights are twice bf16's; @dtype=bfloat16 in a bf16 run is the run's own model
+    assert held["ar@dtype=float32"]["weights"] == pytest.approx(2 * held["ar"]["weights"], rel=0.01)
+    assert held["ar@dtype=bfloat16"] == held["ar"] and res["meta"]["dtype"] == "bfloat16"
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    by = {(s["method"], s["id"]): s["tokens"] for s in samples}
+    ids = {i for _, i in by}
+    # In float32, spec is token for token its own model's AR, and transformers' greedy generate too.
+    for i in ids:
+        assert by[("spec@dtype=float32@block_size=3", i)] == by[("ar@dtype=float32", i)] != []
+        assert by[("hf@dtype=float32", i)] == by[("ar@dtype=float32", i)]
+        assert by[("ar@dtype=bfloat16", i)] == by[("ar", i)]
 
 
 def test_a_compiled_method_is_warmed_up_and_decodes_what_its_eager_twin_does(tiny_dir, tmp_path, capsys):
