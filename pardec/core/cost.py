@@ -153,16 +153,21 @@ def measure(model, mask_id: int, block_size: int, pending: tuple[int, ...] = PEN
 
 @torch.no_grad()
 def warm_up(
-    model, mask_id: int, pending: tuple[int, ...] = (*PENDING, STEP_TOKENS), context: int = 16
-) -> float:
-    """Feed one plain step of each pending count after a short prompt, nothing kept: the first calls
-    of each step shape (compiling, with compiled steps) happen here rather than in a timed decode.
-    Returns the seconds it took."""
+    model, mask_id: int, pending: tuple[int, ...] = (*PENDING, STEP_TOKENS), context: int = 16,
+    block_size: int = 0,
+) -> float:  # fmt: skip
+    """Feed one plain step of each pending count after a short prompt, and one with a block of
+    `block_size` [MASK] slots where that fits a compiled step, nothing kept: the first calls of each
+    step shape (compiling, with compiled steps; a gated adapter's block steps have graphs of their own)
+    happen here rather than in a timed decode. Returns the seconds it took."""
     start = time.perf_counter()
     cache = _prompted(model, mask_id, list(range(context)))
-    for n in pending:
-        out = block_step(model, cache, [[0] * n], None, n, mask_id)
-        cache.commit(out.fed_pos, torch.zeros_like(out.pending_valid), 0)
+    shapes = [(n, 0) for n in pending]
+    shapes += [(n, block_size) for n in pending if block_size and n + block_size <= STEP_TOKENS]
+    for n, slots in shapes:
+        blocks = [[Block(0, [mask_id] * slots)]] if slots else None
+        out = block_step(model, cache, [[0] * n], blocks, n, mask_id)
+        cache.commit(out.fed_pos, torch.zeros_like(out.pending_valid), out.block_logits.shape[1])
     return time.perf_counter() - start
 
 

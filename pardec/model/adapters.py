@@ -86,6 +86,12 @@ class LoRALinear(nn.Module):
             return y + self._update(x) * self.scale
         if self.gate.on is None:
             return y
+        if torch.compiler.is_compiling():
+            # One graph for every placement of the block: the gated suffix's start would be a constant
+            # of the graph (one compile per start), so the update is computed for every row fed (a
+            # few dozen at most) and masked, in one fused kernel with the add.
+            on = self.gate.on[..., None]  # [B, Q, 1]
+            return (y + self._low_rank(x) * (on * self.scale)).to(y.dtype)
         s = self.gate.start
         if s is None:
             return torch.addcmul(y, self._update(x), self.gate.on[..., None].to(x.dtype), value=self.scale)

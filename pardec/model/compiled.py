@@ -9,10 +9,11 @@ and calls the same matmul kernels (the quantized ones included) as before.
 Each new step shape compiles first. With dynamic sizes a decode settles on a handful of graphs: one
 token, then 2-4, 5-8, 9-17, 18-32 and 33-64 tokens, split where a quantized layer's kernel gives way
 to its dense copy (7-8 minutes on 2 cores for the 0.5B model on int4 weights; about 2 once inductor's
-on-disk cache holds them: `core.cost.warm_up` compiles them all up front). Prompts (forwards into an
-empty cache, or of more than `STEP_TOKENS` tokens) run eagerly: they are few and their ops' dispatch
-is a small share. So do block steps, whose gated adapter would double the graphs (gate on and off)
-for the steps that feed the most tokens, where per-op costs weigh least.
+on-disk cache holds them: `core.cost.warm_up` compiles them all up front). Block steps with a gated
+adapter on take graphs of their own (the gate on), one per size range as well: under compile the
+adapter updates every row fed and masks it, so the block's place in the step is no constant of the
+graph. Prompts (forwards into an empty cache, or of more than `STEP_TOKENS` tokens) run eagerly: they
+are few and their ops' dispatch is a small share.
 Compiled and eager forwards compute the same function up to float rounding, so `spec` stays
 lossless with respect to the compiled model (tested in float32).
 """
@@ -21,8 +22,6 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-
-from .adapters import gates
 
 STEP_TOKENS = 64  # forwards of more tokens than this run eagerly
 # Graphs one forward may compile before dynamo falls back to running it eagerly (its default, 8, was
@@ -46,7 +45,6 @@ class CompiledSteps(nn.Module):
             input_ids.shape[1] > STEP_TOKENS
             or cache is None
             or cache.get_seq_length() == 0  # a prompt, however short: its own layout, once
-            or any(g.on is not None for g in gates(self.model))  # a block step: see below
         ):
             return self.model(input_ids=input_ids, cache=cache, **kwargs)
         # A graph is specialized to its inputs' memory layout: a prompt leaves each layer's keys and

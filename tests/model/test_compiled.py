@@ -1,13 +1,16 @@
 """Decoding steps through torch.compile: the same model, so AR is the eager AR and spec stays lossless
 (greedy, fp32); prompts run eagerly."""
 
+import copy
 import dataclasses
 
 import torch
 from tiny import randomize_lora, tiny_model
 from transformers import DynamicCache
 
+from pardec.core.cache import BlockCache
 from pardec.core.cost import warm_up
+from pardec.core.step import Block, block_step
 from pardec.decoding import DecodeConfig, decode
 from pardec.model import adapters, load_model
 from pardec.model.compiled import STEP_TOKENS, CompiledSteps
@@ -29,7 +32,7 @@ def test_compiled_steps_decode_the_same_tokens_as_eager_ar():
     assert [r.tokens for r in decode(compiled, prompts, spec, mask_id)] == [r.tokens for r in ar]
 
 
-def test_prompts_and_block_steps_run_eagerly_and_plain_steps_compiled():
+def test_prompts_run_eagerly_and_plain_and_block_steps_compiled():
     model, _ = tiny_model("llama")
     adapters.attach(model, adapters.LoRAConfig("gated-lora", rank=4, alpha=8), freeze=False)
     compiled = CompiledSteps(model)
@@ -55,11 +58,51 @@ def test_prompts_and_block_steps_run_eagerly_and_plain_steps_compiled():
     assert calls == [] and not layer.values.is_contiguous()
     feed(2)
     assert calls == [2] and layer.keys.is_contiguous() and layer.values.is_contiguous()  # for the graphs
-    feed(4, on=True)  # a block step
+    feed(4, on=True)  # a block step: the gated adapter's graphs
+    assert calls == [2, 4]
     feed(STEP_TOKENS + 1)
-    assert calls == [2]
+    assert calls == [2, 4]
     feed(1)
-    assert calls == [2, 1]
+    assert calls == [2, 4, 1]
+
+
+def test_compiled_block_steps_match_eager_ones_wherever_the_block_starts():
+    """The gated update under compile is masked, not sliced at the block's start: the block logits are
+    the eager ones, and blocks placed after 2, 3 or 5 pending tokens share one graph."""
+    from torch._dynamo.utils import counters
+
+    model, mask_id = tiny_model("qwen2")
+    adapters.attach(model, adapters.LoRAConfig("gated-lora", rank=4, alpha=8), freeze=False)
+    randomize_lora(model)
+    compiled = CompiledSteps(model)
+    torch._dynamo.reset()
+    graphs = []
+    for n in (2, 3, 5, 3):
+        outs = []
+        for m in (model, compiled):
+            cache = BlockCache.empty(1, model.config, model.device)
+            with torch.no_grad():
+                first = block_step(m, cache, [[1, 2, 3, 4]], None, 1, mask_id)  # a prompt: eager
+                cache.commit(first.fed_pos, torch.ones_like(first.pending_valid), 0)
+                outs.append(block_step(m, cache, [[5] * n], [[Block(0, [mask_id] * 4)]], n, mask_id))
+        eager, fast = outs
+        torch.testing.assert_close(fast.block_logits, eager.block_logits, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(fast.ntp_logits, eager.ntp_logits, rtol=1e-4, atol=1e-4)
+        assert not torch.equal(eager.block_logits, block_step_without_adapter(model, n, mask_id))
+        graphs.append(counters["stats"]["unique_graphs"])
+    assert graphs[1:] == graphs[:1] * 3  # the later placements compiled nothing new
+
+
+def block_step_without_adapter(model, n: int, mask_id: int) -> torch.Tensor:
+    """The same eager block step's block logits with every adapter's update zeroed."""
+    bare = copy.deepcopy(model)
+    for m in adapters.lora_modules(bare).values():
+        m.lora_b.data.zero_()
+    cache = BlockCache.empty(1, bare.config, bare.device)
+    with torch.no_grad():
+        first = block_step(bare, cache, [[1, 2, 3, 4]], None, 1, mask_id)
+        cache.commit(first.fed_pos, torch.ones_like(first.pending_valid), 0)
+        return block_step(bare, cache, [[5] * n], [[Block(0, [mask_id] * 4)]], n, mask_id).block_logits
 
 
 def test_warm_up_feeds_every_step_size_to_the_compiled_path():
@@ -75,6 +118,10 @@ def test_warm_up_feeds_every_step_size_to_the_compiled_path():
     compiled.compiled = Recorder()
     assert warm_up(compiled, mask_id, pending=(1, 3, 8)) > 0
     assert sizes == [1, 3, 8]  # the prompt before them ran eagerly
+    sizes.clear()
+    warm_up(compiled, mask_id, pending=(1, 3, STEP_TOKENS - 2), block_size=4)
+    # then each with a block of 4 slots, where that still fits a compiled step
+    assert sizes == [1, 3, STEP_TOKENS - 2, 5, 7]
 
 
 def test_load_model_compiles_only_when_asked(tiny_dir):
