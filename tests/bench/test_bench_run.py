@@ -310,22 +310,29 @@ def test_a_stopped_bench_resumes_without_rerunning_what_it_logged(tiny_dir, tmp_
     assert "nothing to resume" in capsys.readouterr().err
 
 
-def test_a_quantized_method_runs_beside_the_unquantized_ones(tiny_dir, tmp_path):
+def bench_two_prompts(tiny_dir, tmp_path, dtype: str, methods: str):
+    """`pardec bench` of `methods` on two prompts, 6 new tokens, the bare tiny model in `dtype`:
+    (results.json, each sample's tokens by (method, id), the output folder)."""
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ["hello world", "the cat sat"]))
     out = tmp_path / "out"
-    methods = "ar,ar@quant=int8,spec@quant=int8@block_size=3,ar@quant=int4"
-    code = main(f"bench --model {tiny_dir} --dtype float32 --adapter none --task jsonl:{prompts} "
+    code = main(f"bench --model {tiny_dir} --dtype {dtype} --adapter none --task jsonl:{prompts} "
                 f"--max-new-tokens 6 --out {out} --methods {methods}".split())  # fmt: skip
     assert code == 0
-    recs = {r["method"]: r for r in json.loads((out / "results.json").read_text())["records"]}
-    assert recs["ar@quant=int8"]["tokens_per_forward"] == 1.0
-    # spec on the quantized model decodes that model's text: the same as its own ar.
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     by = {(s["method"], s["id"]): s["tokens"] for s in samples}
+    return json.loads((out / "results.json").read_text()), by, out
+
+
+def test_a_quantized_method_runs_beside_the_unquantized_ones(tiny_dir, tmp_path):
+    methods = "ar,ar@quant=int8,spec@quant=int8@block_size=3,ar@quant=int4"
+    res, by, out = bench_two_prompts(tiny_dir, tmp_path, "float32", methods)
+    recs = {r["method"]: r for r in res["records"]}
+    assert recs["ar@quant=int8"]["tokens_per_forward"] == 1.0
+    # spec on the quantized model decodes that model's text: the same as its own ar.
     assert all(by[("spec@quant=int8@block_size=3", i)] == by[("ar@quant=int8", i)] for _, i in by)
     # What each method's model holds: quantized layers are smaller and keep dense copies beside.
-    memory = json.loads((out / "results.json").read_text())["meta"]["memory"]
+    memory = res["meta"]["memory"]
     held = memory["weights_mb"]
     assert held["ar"]["dense_copies"] == 0 and held["ar@quant=int8"]["dense_copies"] > 0
     assert held["ar@quant=int4"]["weights"] < held["ar@quant=int8"]["weights"] < held["ar"]["weights"]
@@ -334,20 +341,12 @@ def test_a_quantized_method_runs_beside_the_unquantized_ones(tiny_dir, tmp_path)
 
 
 def test_a_method_with_a_dtype_of_its_own_decodes_a_model_in_that_dtype(tiny_dir, tmp_path):
-    prompts = tmp_path / "p.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ["hello world", "the cat sat"]))
-    out = tmp_path / "out"
     methods = "ar,ar@dtype=bfloat16,ar@dtype=float32,spec@dtype=float32@block_size=3,hf@dtype=float32"
-    code = main(f"bench --model {tiny_dir} --dtype bfloat16 --adapter none --task jsonl:{prompts} "
-                f"--max-new-tokens 6 --out {out} --methods {methods}".split())  # fmt: skip
-    assert code == 0
-    res = json.loads((out / "results.json").read_text())
+    res, by, _ = bench_two_prompts(tiny_dir, tmp_path, "bfloat16", methods)
     held = res["meta"]["memory"]["weights_mb"]
     # float32 weights are twice bf16's; @dtype=bfloat16 in a bf16 run is the run's own model
     assert held["ar@dtype=float32"]["weights"] == pytest.approx(2 * held["ar"]["weights"], rel=0.01)
     assert held["ar@dtype=bfloat16"] == held["ar"] and res["meta"]["dtype"] == "bfloat16"
-    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
-    by = {(s["method"], s["id"]): s["tokens"] for s in samples}
     ids = {i for _, i in by}
     # In float32, spec is token for token its own model's AR, and transformers' greedy generate too.
     for i in ids:

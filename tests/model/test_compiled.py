@@ -75,34 +75,28 @@ def test_compiled_block_steps_match_eager_ones_wherever_the_block_starts():
     adapters.attach(model, adapters.LoRAConfig("gated-lora", rank=4, alpha=8), freeze=False)
     randomize_lora(model)
     compiled = CompiledSteps(model)
+    bare = copy.deepcopy(model)  # every adapter's update zeroed: what the block logits are without it
+    for m in adapters.lora_modules(bare).values():
+        m.lora_b.data.zero_()
     torch._dynamo.reset()
     graphs = []
     for n in (2, 3, 5, 3):
-        outs = []
-        for m in (model, compiled):
-            cache = BlockCache.empty(1, model.config, model.device)
-            with torch.no_grad():
-                first = block_step(m, cache, [[1, 2, 3, 4]], None, 1, mask_id)  # a prompt: eager
-                cache.commit(first.fed_pos, torch.ones_like(first.pending_valid), 0)
-                outs.append(block_step(m, cache, [[5] * n], [[Block(0, [mask_id] * 4)]], n, mask_id))
-        eager, fast = outs
+        eager, fast = (block_after_prompt(m, n, mask_id) for m in (model, compiled))
         torch.testing.assert_close(fast.block_logits, eager.block_logits, rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(fast.ntp_logits, eager.ntp_logits, rtol=1e-4, atol=1e-4)
-        assert not torch.equal(eager.block_logits, block_step_without_adapter(model, n, mask_id))
+        assert not torch.equal(eager.block_logits, block_after_prompt(bare, n, mask_id).block_logits)
         graphs.append(counters["stats"]["unique_graphs"])
     assert graphs[1:] == graphs[:1] * 3  # the later placements compiled nothing new
 
 
-def block_step_without_adapter(model, n: int, mask_id: int) -> torch.Tensor:
-    """The same eager block step's block logits with every adapter's update zeroed."""
-    bare = copy.deepcopy(model)
-    for m in adapters.lora_modules(bare).values():
-        m.lora_b.data.zero_()
-    cache = BlockCache.empty(1, bare.config, bare.device)
-    with torch.no_grad():
-        first = block_step(bare, cache, [[1, 2, 3, 4]], None, 1, mask_id)
-        cache.commit(first.fed_pos, torch.ones_like(first.pending_valid), 0)
-        return block_step(bare, cache, [[5] * n], [[Block(0, [mask_id] * 4)]], n, mask_id).block_logits
+@torch.no_grad()
+def block_after_prompt(model, n: int, mask_id: int):
+    """A 4-token prompt (eager, into an empty cache), then one step of `n` pending tokens and a block
+    of 4 [MASK] slots: its StepOutput."""
+    cache = BlockCache.empty(1, model.config, model.device)
+    first = block_step(model, cache, [[1, 2, 3, 4]], None, 1, mask_id)
+    cache.commit(first.fed_pos, torch.ones_like(first.pending_valid), 0)
+    return block_step(model, cache, [[5] * n], [[Block(0, [mask_id] * 4)]], n, mask_id)
 
 
 def test_warm_up_feeds_every_step_size_to_the_compiled_path():
