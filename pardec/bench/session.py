@@ -79,9 +79,12 @@ def bench(opts: BenchOptions) -> BenchResult:
     kinds = {m.adapter_settings.adapter for m in [lm, *own.values()] if m.adapter_settings is not None}
     nll_model = lm.model if kinds <= {"gated-lora"} else load_model(opts.model, opts.dtype, "none").model
     nll_model = scoring_model(nll_model)
-    # What a step costs here, for the record (measured once per model and machine, then cached), at
-    # the block size the run's methods decode with (api.configure's rule): the curve adaptive spec reads.
-    cost = step_cost.for_model(lm, opts.block_size or lm.trained_block_size or base.block_size)
+    # What a step costs here, for the record: the curve the first adaptive method reads (its own
+    # model's where it has one: with --quant the run's model decodes nothing but NLL), else the run's
+    # model's (measured once per model and machine, then cached) at the block size its methods decode
+    # with (api.configure's rule).
+    cost = next((r.extras["cost"] for r in runners if "cost" in getattr(r, "extras", {})), None)
+    cost = cost or step_cost.for_model(lm, opts.block_size or lm.trained_block_size or base.block_size)
     out.mkdir(parents=True, exist_ok=True)
     if not opts.resume:
         progress.unlink(missing_ok=True)

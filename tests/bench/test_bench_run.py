@@ -331,6 +331,8 @@ def test_a_quantized_method_runs_beside_the_unquantized_ones(tiny_dir, tmp_path)
     assert recs["ar@quant=int8"]["tokens_per_forward"] == 1.0
     # spec on the quantized model decodes that model's text: the same as its own ar.
     assert all(by[("spec@quant=int8@block_size=3", i)] == by[("ar@quant=int8", i)] for _, i in by)
+    # The step cost recorded is the curve spec's schedule read: its quantized model's.
+    assert res["meta"]["step_cost"]["key"]["quant"] == "int8"
     # What each method's model holds: quantized layers are smaller and keep dense copies beside.
     memory = res["meta"]["memory"]
     held = memory["weights_mb"]
