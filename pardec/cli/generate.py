@@ -44,7 +44,9 @@ def run(args) -> None:
     for p in prompts:
         if not p.strip():
             raise PardecError("empty prompt")
-    lm = load_model(args.model, common.dtype(args), args.adapter, args.quant, args.compile)
+    if hint := common.quant_hint(args):
+        print(hint, file=sys.stderr)
+    lm = load_model(args.model, common.dtype(args), args.adapter, common.quant(args), args.compile)
     chat = not args.no_chat
     # Fail before any output, and before measuring a step's cost, if one prompt is unusable.
     settled, limit = settle(lm, config, args.block_size is not None), context_limit(lm.model)
@@ -69,6 +71,6 @@ def run(args) -> None:
         print(
             f"[{out.method}: {out.new_tokens} tokens, {out.forwards} forwards, "
             f"{out.tokens_per_forward:.2f} tokens/forward, {out.seconds:.2f} s; "
-            f"adapter: {lm.adapter or 'none'}]",
+            f"adapter: {lm.adapter or 'none'}{'' if lm.quant == 'none' else f'; quant {lm.quant}'}]",
             file=sys.stderr,
         )

@@ -38,7 +38,7 @@ def run(args) -> None:
 
     if args.block_size is not None and args.block_size < 1:
         raise PardecError(f"block size must be an integer >= 1, got {args.block_size}")
-    lm = load_model(args.model, common.dtype(args), args.adapter, args.quant, args.compile)
+    lm = load_model(args.model, common.dtype(args), args.adapter, common.quant(args), args.compile)
     D = args.block_size or lm.trained_block_size or 8
     cost = step_cost.for_model(lm, D, refresh=args.refresh)
     m = cost.key
@@ -64,7 +64,7 @@ def run(args) -> None:
     held = weight_bytes(lm.model)
     memory = dict(weights_mb=held["kernel"] / 2**20, dense_copies_mb=held["dense"] / 2**20,
                   rss_mb=rss_mb(), peak_rss_mb=peak_rss_mb())  # fmt: skip
-    print(f"memory ({args.quant}): weights {memory['weights_mb']:.0f} MiB, dense copies for many-token "
+    print(f"memory ({lm.quant}): weights {memory['weights_mb']:.0f} MiB, dense copies for many-token "
           f"forwards {memory['dense_copies_mb']:.0f} MiB; resident {memory['rss_mb']:.0f} MiB, "
           f"peak {memory['peak_rss_mb']:.0f} MiB")  # fmt: skip
     if args.out:

@@ -47,6 +47,30 @@ def test_generate_streams_the_same_text_as_json(tiny_dir, tiny_adapter, capsys):
     assert out.rstrip("\n") == json.loads(js)["text"]
 
 
+def test_generate_notes_w8a8_where_bf16_is_emulated_unless_quant_is_given(tiny_dir, capsys, monkeypatch):
+    import pardec.machine
+
+    args = [
+        "generate",
+        "--prompt",
+        "one two",
+        "--model",
+        str(tiny_dir),
+        "--max-new-tokens",
+        "3",
+        "--method",
+        "ar",
+    ]
+    for native, extra, noted in [(False, [], True), (False, ["--quant", "none"], False), (True, [], False)]:
+        monkeypatch.setattr(pardec.machine, "native_bf16", lambda native=native: native)
+        code, _, err = run_cli(capsys, *args, *extra)
+        assert code == 0, err
+        assert ("--quant w8a8" in err) == noted, (native, extra)
+        assert "quant" not in err.splitlines()[-1]  # the unquantized model decoded
+    code, _, err = run_cli(capsys, *args, "--quant", "int8")
+    assert code == 0 and "--quant w8a8" not in err and err.splitlines()[-1].endswith("; quant int8]")
+
+
 @pytest.mark.parametrize("method", ["threshold --threshold 0.5", "eb --gamma 0.5"])
 def test_a_method_that_commits_unverified_drafts_needs_an_adapter(tiny_dir, method, capsys):
     flags = f"--model {tiny_dir} --dtype float32 --adapter none --max-new-tokens 4 --method {method}"
