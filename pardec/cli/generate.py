@@ -44,8 +44,6 @@ def run(args) -> None:
     for p in prompts:
         if not p.strip():
             raise PardecError("empty prompt")
-    if hint := common.quant_hint(args):
-        print(hint, file=sys.stderr)
     lm = load_model(args.model, common.dtype(args), args.adapter, common.quant(args), args.compile)
     chat = not args.no_chat
     # Fail before any output, and before measuring a step's cost, if one prompt is unusable.
@@ -53,6 +51,8 @@ def run(args) -> None:
     for i, p in enumerate(prompts):
         check_prompt(lm.encode(p, chat), settled, limit, i)  # the rule decoding applies
     config, extras = configure(lm, config, args.block_size is not None, {"drafter": args.drafter})
+    if hint := common.quant_hint(args):  # after the checks: a bad input gives one line, the error
+        print(hint, file=sys.stderr)
     if args.json:
         for i in range(0, len(prompts), args.batch_size):
             for out in generate(lm, prompts[i : i + args.batch_size], config, chat=chat, extras=extras):

@@ -46,10 +46,10 @@ def run(args) -> None:
     if not 0 < args.port < 65536:
         raise PardecError(f"--port must lie in [1, 65535], got {args.port}")
     config = common.decode_config(args)
-    if hint := common.quant_hint(args):
-        print(f"pardec serve: {hint}", file=sys.stderr)
     lm = load_model(args.model, common.dtype(args), args.adapter, common.quant(args), args.compile)
     config, extras = configure(lm, config, args.block_size is not None, {"drafter": args.drafter})
+    if hint := common.quant_hint(args):  # after the checks: a bad input gives one line, the error
+        print(f"pardec serve: {hint}", file=sys.stderr)
     if args.compile:  # compile every step shape before the first request, not during it
         from ..core.cost import warm_up
 
