@@ -74,14 +74,7 @@ def wide(store: ds.Datastore, start: int, end: int, depth: int, k: int = 8) -> l
 def store_tree(store: ds.Datastore, context: list[int], budget: int) -> set[tuple[int, ...]]:
     """The `budget` likeliest paths of the store's trie after the longest suffix of context found in it
     (each node a path from the match; a path's weight the product of its supports)."""
-    best, lo, hi = None, ds.MIN_MATCH, min(ds.MAX_MATCH, len(context), store.depth - 1)
-    while lo <= hi:  # as Datastore.propose: the longest suffix that occurs
-        n = (lo + hi) // 2
-        start, end = store.find(context[-n:])
-        if end > start:
-            best, lo = (n, start, end), n + 1
-        else:
-            hi = n - 1
+    best = store.longest_match(context)  # where Datastore.propose starts its walk
     if best is None:
         return set()
     n, start, end = best

@@ -96,12 +96,9 @@ class Datastore:
             return None
         return int(nxt[bounds[k]]), start + int(bounds[k]), start + int(bounds[k + 1])
 
-    def propose(
-        self, context: list[int], max_drafts: int, max_match: int = MAX_MATCH
-    ) -> tuple[list[int], list[float], int]:
-        """Drafts for what follows `context` -> (drafts, each one's support, match length): the longest
-        suffix of context (MIN_MATCH .. max_match tokens) found in the store, then the most frequent
-        continuation token by token. ([], [], 0) where not even MIN_MATCH tokens match."""
+    def longest_match(self, context: list[int], max_match: int = MAX_MATCH) -> tuple[int, int, int] | None:
+        """The longest suffix of context (MIN_MATCH .. max_match tokens) found in the store -> (its
+        length n, the range [start, end) of order followed by it); None where not even MIN_MATCH match."""
         best, lo, hi = None, MIN_MATCH, min(max_match, len(context), self.depth - 1)
         while lo <= hi:  # a suffix that occurs has every shorter suffix occurring too
             n = (lo + hi) // 2
@@ -110,6 +107,15 @@ class Datastore:
                 best, lo = (n, start, end), n + 1
             else:
                 hi = n - 1
+        return best
+
+    def propose(
+        self, context: list[int], max_drafts: int, max_match: int = MAX_MATCH
+    ) -> tuple[list[int], list[float], int]:
+        """Drafts for what follows `context` -> (drafts, each one's support, match length): the longest
+        suffix of context (MIN_MATCH .. max_match tokens) found in the store, then the most frequent
+        continuation token by token. ([], [], 0) where not even MIN_MATCH tokens match."""
+        best = self.longest_match(context, max_match)
         if best is None:
             return [], [], 0
         n, start, end = best
