@@ -100,12 +100,15 @@ class StepCost:
 @torch.no_grad()
 def measure(model, mask_id: int, block_size: int, pending: tuple[int, ...] = PENDING,
             contexts: tuple[int, ...] = CONTEXTS, rounds: int = 5, budget_s: float = BUDGET_S,
-            key: dict | None = None) -> StepCost:  # fmt: skip
+            key: dict | None = None, progress: bool = False) -> StepCost:  # fmt: skip
     """Time every shape in interleaved rounds: at each context two rounds, then up to `rounds` in
     all while that context's share of `budget_s` lasts, so that a slow machine measures fewer rounds
     rather than for minutes. Each shape keeps its fastest time: other work on the machine, and a
     first call's warm-up, only ever add time, and two rounds let a burst of either pass. Each curve
-    is made non-decreasing in tokens fed, with a block never cheaper than a shorter one or none."""
+    is made non-decreasing in tokens fed, with a block never cheaper than a shorter one or none.
+    `progress`: a bar of the steps timed (minutes where bf16 is emulated)."""
+    from tqdm import tqdm
+
     limit = getattr(model.config, "max_position_embeddings", None) or 1 << 30
     room = max(pending) + block_size + 1
     contexts = tuple(c for c in contexts if c + room < limit) or (max(1, (limit - room) // 2),)
@@ -116,6 +119,8 @@ def measure(model, mask_id: int, block_size: int, pending: tuple[int, ...] = PEN
     shapes = [(n, s) for n in pending for s in (0, block_size)]
     shapes += [(n, s) for s in short_slots for n in pending[:SHORT_PENDING]]
     times: dict[tuple[int, int, int], list[float]] = {(c, n, s): [] for c in contexts for n, s in shapes}
+    bar = tqdm(total=len(contexts) * max(rounds, 2) * len(shapes), desc="step shapes timed", unit="step",
+               disable=not progress, leave=False)  # fmt: skip
     for c in contexts:
         cache = _prompted(model, mask_id, torch.randint(0, vocab, (c,), generator=g).tolist())
         if c == contexts[0]:  # one untimed block step: the adapters' first call, off the clock
@@ -134,6 +139,8 @@ def measure(model, mask_id: int, block_size: int, pending: tuple[int, ...] = PEN
                 # Nothing is kept: the cache returns to the same committed text for the next shape.
                 cache.commit(out.fed_pos, torch.zeros_like(out.pending_valid), out.block_logits.shape[1])
                 times[(c, n, slots)].append(dt)
+                bar.update()
+    bar.close()
     best = {k: min(v) for k, v in times.items()}
 
     def curve(c: int, slots: int, floor: tuple[float, ...], n: int) -> tuple[float, ...]:
@@ -203,7 +210,7 @@ def load_or_measure(model, mask_id: int, block_size: int, key: dict, root: Path,
         except (json.JSONDecodeError, KeyError, TypeError):
             pass  # a corrupt cache entry is measured again
     print("pardec: measuring what a step costs on this machine (once, cached)", file=sys.stderr)
-    cost = measure(model, mask_id, block_size, key=key)
+    cost = measure(model, mask_id, block_size, key=key, progress=True)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(cost.to_json(), indent=1) + "\n")
