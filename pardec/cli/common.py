@@ -221,6 +221,10 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
                         "(the tokens that followed an earlier occurrence of the last few); they replace the "
                         "block's drafts where more are expected to be accepted, the other candidate fed as "
                         f"a branch where it pays; lossless (default {d.lookup}; 0: block drafts only)")
+    p.add_argument("--lookup-forks", type=int, default=d.lookup_forks,
+                   help="spec, threshold: also look drafts up after each of the chain's first N drafts (as "
+                        "if accepted) and feed those that part from the chain as branches, where they pay "
+                        f"(--no-adaptive: up to N more); lossless (default {d.lookup_forks}: off)")
     p.add_argument("--datastore", action=argparse.BooleanOptionalAction, default=d.datastore,
                    help="spec, threshold: also look drafts up in the datastore of the model's own answers "
                         "(`pardec datastore`), where the adapter's folder or the packaged model has one; the "
@@ -256,6 +260,7 @@ def decode_config(args):
         tree_depth=args.tree_depth,
         lookup=args.lookup,
         datastore=args.datastore,
+        lookup_forks=args.lookup_forks,
         temperature=args.temperature,
         top_p=args.top_p,
         seed=args.seed,

@@ -42,6 +42,10 @@ class DecodeConfig:
     # spec: also look drafts up in the datastore of the model's own answers (model/datastore.py) where
     # the adapter or the packaged model has one; the lookup cap holds for them too
     datastore: bool = True
+    # spec: look drafts up again after each of the chain's first `lookup_forks` drafts (as if accepted),
+    # and feed those that part from the chain as branches (with `adaptive`, where they pay; without
+    # it, up to this many besides the other candidate's); 0: only the lookups before the chain
+    lookup_forks: int = 0
     temperature: float = 0.0  # 0 = greedy
     top_p: float = 1.0
     seed: int | None = None
@@ -72,6 +76,8 @@ class DecodeConfig:
             raise PardecError(f"tree depth must be an integer >= 0, got {self.tree_depth}")
         if not isinstance(self.lookup, int) or not 0 <= self.lookup <= 64:
             raise PardecError(f"lookup must be an integer in [0, 64], got {self.lookup}")
+        if not isinstance(self.lookup_forks, int) or not 0 <= self.lookup_forks <= 8:
+            raise PardecError(f"lookup forks must be an integer in [0, 8], got {self.lookup_forks}")
         if not isinstance(self.datastore, bool):
             raise PardecError(f"datastore must be true or false, got {self.datastore!r}")
         if not isinstance(self.adaptive, bool):

@@ -23,6 +23,10 @@ The candidate with more tokens expected per second (the block's by their calibra
 one's by what drafts of that source, level (match length; support) and relation to the block's most
 likely tokens achieved so far; without `adaptive`, more tokens expected) is the chain the block sits
 on; the other, from where the two part, is fed as a branch where its expected tokens pay for its place.
+With `lookup_forks`, drafts are looked up again after each of the chain's first drafts, as if they
+were accepted (the text then ends with them): where such a lookup parts from the chain it is a branch
+at that fork, which continues the chain's accepted drafts where the chain's own draft fails. Each
+branch is priced like the other candidate, and the ones that pay are fed, likeliest first.
 Either way the target verifies every token.
 
 With `adaptive`, how many drafts each step feeds, and whether it is a plain AR step instead (which
@@ -51,6 +55,17 @@ PRIOR_TOKENS = 2.0  # tokens a row's block step is taken to commit before it has
 
 
 @dataclass
+class Branch:
+    """A candidate branch of looked-up (or block) drafts for the step's tree."""
+
+    fork: int  # the chain draft it replaces (len(chain): it carries on after the last)
+    tokens: list[int]
+    gain: float  # expected extra tokens it commits
+    # [len(tokens) - 1, V] the proposals of its tokens after the first (sampling); None: point masses
+    probs: torch.Tensor | None = None
+
+
+@dataclass
 class SpecDrafts(Drafts):
     plan: schedule.Plan = field(default_factory=schedule.Plan)  # with `adaptive`
     looked: list[lookup.Looked] = field(default_factory=list)  # every source's drafts for this step
@@ -63,10 +78,14 @@ class SpecDrafts(Drafts):
     other_probs: torch.Tensor | None = None
     other_gain: float = 0.0
     other_fed: bool = False  # this step feeds it as its branch
+    # With `lookup_forks`: (k, looked-up candidate after the chain's first k drafts) per fork and source
+    relooked: list[tuple[int, lookup.Looked]] = field(default_factory=list)
+    fed_branches: list[Branch] = field(default_factory=list)  # the looked-up branches this step feeds
 
     def clear(self) -> None:
         super().clear()
         self.from_lookup, self.other, self.other_probs, self.other_fed = False, None, None, False
+        self.relooked, self.fed_branches = [], []
 
 
 def _after(reach: list[float], start: int, end: int) -> float:
@@ -88,6 +107,15 @@ def _branch_gain(chain: list[float], other: list[float], fork: int) -> float:
     before = chain[fork - 1] if fork else 1.0
     carry = 1.0 + _after(other, fork + 1, len(other))
     return before * (1.0 - cond(chain, fork)) * cond(other, fork) * carry
+
+
+def _fork_gain(chain: list[float], branch: list[float], fork: int) -> float:
+    """Expected extra tokens from a branch at `fork` (the chain's draft there, or after its last):
+    reached if the chain's drafts before it are accepted, taken where the chain fails there, then
+    committing as many of its drafts as its reach (their stats' cumulative acceptance) says."""
+    before = chain[fork - 1] if fork else 1.0
+    fails = 1.0 - chain[fork] / max(before, 1e-9) if fork < len(chain) else 1.0
+    return before * fails * sum(branch)
 
 
 def _one_hot(tokens: list[int], like: torch.Tensor) -> torch.Tensor:
@@ -140,12 +168,15 @@ class Speculative(Verifier):
     def candidates(self, row) -> list[lookup.Looked]:
         """Drafts looked up for the row's next tokens: in its own text, and in the datastore of the
         model's own answers."""
+        return self.candidates_after(row.committed)
+
+    def candidates_after(self, text: list[int]) -> list[lookup.Looked]:
         out = []
-        drafts, match = lookup.propose(row.committed, self.cfg.lookup)
+        drafts, match = lookup.propose(text, self.cfg.lookup)
         if drafts:
             out.append(lookup.Looked(drafts, [match] * len(drafts), self.lookup_stats))
         if self.store is not None:
-            drafts, support, _ = self.store.propose(row.committed, self.cfg.lookup)
+            drafts, support, _ = self.store.propose(text, self.cfg.lookup)
             if drafts:
                 out.append(lookup.Looked(drafts, lookup.support_levels(support), self.store_stats))
         return out
@@ -157,12 +188,17 @@ class Speculative(Verifier):
         st: SpecDrafts = row.state
         st.other, st.other_probs, st.other_fed, st.from_lookup = None, None, False, False
         st.looked, st.look = self.candidates(row), []
+        # Relations to the block's most likely tokens (its drafts when greedy), not to the drafts it
+        # drew when sampling: a chain chosen by the draws would bias what verification accepts.
+        modes = list(st.tokens) if st.probs is None else st.probs.argmax(-1).tolist()
+        self.choose_chain(row, modes)
+        self.relook(row, modes)
+
+    def choose_chain(self, row, modes: list[int]) -> None:
+        st: SpecDrafts = row.state
         if not st.looked:
             return
         block = list(st.tokens)
-        # Relations to the block's most likely tokens (its drafts when greedy), not to the drafts it
-        # drew when sampling: a chain chosen by the draws would bias what verification accepts.
-        modes = block if st.probs is None else st.probs.argmax(-1).tolist()
         best, look_reach, best_worth = None, [], -1.0
         for cand in st.looked:
             reach = cand.relate(modes)
@@ -190,6 +226,17 @@ class Speculative(Verifier):
         elif c < len(st.look) and c < len(block):
             st.other = st.look[c:]
             st.other_gain = _branch_gain(block_reach, look_reach, c)
+
+    def relook(self, row, modes: list[int]) -> None:
+        """With `lookup_forks`: look drafts up again after each of the chain's first k drafts, as if
+        they were accepted; each candidate is related to the block's most likely tokens from there."""
+        st: SpecDrafts = row.state
+        st.relooked = []
+        for k in range(1, min(self.cfg.lookup_forks, len(st.tokens)) + 1):
+            text = row.committed + st.tokens[:k]
+            for cand in self.candidates_after(text):
+                cand.relate(modes[k:])
+                st.relooked.append((k, cand))
 
     def _worth(self, row, reach: list[float]) -> float:
         """What a chain of drafts with this reach is worth: with `adaptive`, the most tokens per second
@@ -307,7 +354,8 @@ class Speculative(Verifier):
     def branch_tokens(self, row) -> int:
         """Tokens a row's branches feed this step: the other candidate's one branch, or `tree`
         branches of an alternative and the drafts after it, each `branch_width` wide."""
-        return self.branch_width * (1 if row.state.other_fed else self.cfg.tree)
+        st: SpecDrafts = row.state
+        return self.branch_width * (len(st.fed_branches) if st.fed_branches else self.cfg.tree)
 
     def plan_fork(self, row) -> int | None:
         """The fed draft the branches replace, or None for no branches. The other candidate (lookup or
@@ -317,12 +365,11 @@ class Speculative(Verifier):
         tokens."""
         st: SpecDrafts = row.state
         m = len(st.tokens)
+        st.fed_branches = []
         if not m or (self.cost is not None and not st.plan.block):
             return None
-        if st.other is not None and st.other_at < m:
-            if self.cost is None or self._pays(row, st.other_gain, self.branch_width):
-                st.other_fed = True
-                return st.other_at
+        if self.plan_looked_branches(row):
+            return st.fed_branches[0].fork
         if not self.cfg.tree or st.alts is None:
             return None
         reach = [1.0] * m if st.predicted is None else st.predicted[:m].tolist()
@@ -341,25 +388,80 @@ class Speculative(Verifier):
             return None
         return fork
 
-    def _pays(self, row, gain: float, tokens: int) -> bool:
-        """Whether `tokens` more fed, expected to commit `gain` more, raise the step's tokens per second."""
+    def _pays(self, row, gain: float, tokens: int, have_gain: float = 0.0, have_tokens: int = 0) -> bool:
+        """Whether `tokens` more fed, expected to commit `gain` more, raise the step's tokens per second
+        (over a step that already feeds `have_tokens` branch tokens expected to commit `have_gain`)."""
         st: SpecDrafts = row.state
         m = len(st.tokens)
         reach = [1.0] * m if st.predicted is None else st.predicted[:m].tolist()
-        expected = 1.0 + sum(reach)
+        expected = 1.0 + sum(reach) + have_gain
         context = len(row.committed)
         seconds = lambda n: schedule.step_seconds(self.cost, n, context, self.width, st.plan.others)  # noqa: E731
-        return (expected + gain) / seconds(1 + m + tokens) > expected / seconds(1 + m)
+        base = 1 + m + have_tokens
+        return (expected + gain) / seconds(base + tokens) > expected / seconds(base)
+
+    def looked_branches(self, row) -> list[Branch]:
+        """The step's candidate branches of the other candidate and of the lookups after the chain's
+        first drafts (`relooked`), each from where it parts from the (kept) chain, one per fork and
+        first token (the likeliest), likeliest first."""
+        st: SpecDrafts = row.state
+        m = len(st.tokens)
+        out = []
+        if st.other is not None and st.other_at < m:
+            probs = st.other_probs if st.from_lookup else None  # the block's drafts, else looked up
+            out.append(Branch(st.other_at, st.other, st.other_gain, probs))
+        if st.relooked:
+            chain = [1.0] * m if st.predicted is None else st.predicted[:m].tolist()
+            for k, cand in st.relooked:
+                if k > m:
+                    continue
+                j = 0  # the looked-up drafts that agree with the chain's after k
+                while k + j < m and j < len(cand.drafts) and cand.drafts[j] == st.tokens[k + j]:
+                    j += 1
+                if j == len(cand.drafts):
+                    continue
+                fork = k + j
+                reach = cand.stats.reach(cand.levels[j:], cand.rels[j:])
+                out.append(Branch(fork, cand.drafts[j:], _fork_gain(chain, reach, fork)))
+        best: dict[tuple[int, int], Branch] = {}
+        for b in out:
+            key = (b.fork, b.tokens[0])
+            if key not in best or b.gain > best[key].gain:
+                best[key] = b
+        return sorted(best.values(), key=lambda b: -b.gain)
+
+    def plan_looked_branches(self, row) -> bool:
+        """Choose the looked-up branches the step feeds (`fed_branches`): without `adaptive`, the other
+        candidate and up to `lookup_forks` more; with it, likeliest first while each pays for its place."""
+        st: SpecDrafts = row.state
+        gain, tokens = 0.0, 0
+        for b in self.looked_branches(row):
+            if self.cost is None:
+                if len(st.fed_branches) > self.cfg.lookup_forks:
+                    break
+            elif not self._pays(row, b.gain, self.branch_width, gain, tokens):
+                break
+            st.fed_branches.append(b)
+            gain, tokens = gain + b.gain, tokens + self.branch_width
+        st.other_fed = bool(st.fed_branches)
+        return st.other_fed
 
     def branches(self, row) -> list[list[int]]:
         """The branches' tokens (without padding): the other candidate's, or each alternative, then
         the drafts after the fork."""
         st: SpecDrafts = row.state
         f = st.fork
-        if st.other_fed:
-            return [st.other[: self.branch_width]]
+        if st.fed_branches:
+            return [b.tokens[: self.branch_width] for b in st.fed_branches]
         after = st.tokens[f + 1 : f + 1 + self.cfg.tree_depth]
         return [[a] + after for a in st.alts[f]]
+
+    def forks(self, row) -> list[int]:
+        """Each branch's fork (the chain draft it replaces)."""
+        st: SpecDrafts = row.state
+        if st.fed_branches:
+            return [b.fork for b in st.fed_branches]
+        return [st.fork] * len(st.alts[st.fork])
 
     def block_lengths(self, row: Row) -> list[int]:
         """Numbers of drafts to feed a block after: the first block's, then 0, 1, ...; repeated to the
@@ -382,9 +484,12 @@ class Speculative(Verifier):
         m = len(st.tokens)
         masks = [self.mask_id] * self.width
         out = [Block(m - n, masks) for n in self.block_lengths(row)]
-        if st.fork is not None:  # branches start where the fork's draft sits, padded to one length
+        if st.fork is not None:  # branches start where their fork's draft sits, padded to one length
             width = self.branch_width
-            out += [Block(m - st.fork, b + [0] * (width - len(b)), causal=True) for b in self.branches(row)]
+            out += [
+                Block(m - f, b + [0] * (width - len(b)), causal=True)
+                for f, b in zip(self.forks(row), self.branches(row))
+            ]
         return out
 
     def _verify_tree(self, row, ntp, block) -> tuple[int, list[int], int]:
@@ -402,11 +507,13 @@ class Speculative(Verifier):
         branches = self.branches(row)
         logits = [block[start + k * width : start + k * width + len(b)] for k, b in enumerate(branches)]
         probs = None
-        if sampling and st.other_fed:  # the other candidate's own proposals after its first token
-            rest = branches[0][1:]
-            probs = [st.other_probs[: len(rest)] if st.from_lookup else _one_hot(rest, ntp)]
+        if sampling and st.fed_branches:  # each branch's own proposals after its first token
+            probs = [
+                _one_hot(b[1:], ntp) if fb.probs is None else fb.probs[: len(b) - 1]
+                for b, fb in zip(branches, st.fed_branches)
+            ]
         n, commit, taken = accept_with_branches(
-            st.tokens, st.probs if sampling else None, ntp[-(m + 1) :], st.fork, branches,
+            st.tokens, st.probs if sampling else None, ntp[-(m + 1) :], self.forks(row), branches,
             logits, self.cfg.temperature, self.cfg.top_p, self.gen, probs,
         )  # fmt: skip
         return n, commit, len(commit) - 1
@@ -418,6 +525,10 @@ class Speculative(Verifier):
         n, commit, path = self._verify_tree(row, ntp, block)
         for cand in st.looked:
             cand.record(commit)
+        for k, cand in st.relooked:  # known where the committed text starts with the chain's first k
+            if k <= n:
+                cand.record(commit[k:])
+        st.relooked = []
         if st.from_lookup:  # the block's calibration and its reliability hold block drafts only
             predicted = None
         shown = None if predicted is None or not fed else tuple(predicted[:fed].tolist())
@@ -427,9 +538,8 @@ class Speculative(Verifier):
             return Update(commit=commit, keep_drafts=n, predicted=shown)
         lengths = self.block_lengths(row)
         # A block's drafts hold if it saw only committed text: after a taken branch, only the drafts
-        # before the fork were (path > n then).
-        seen = n if path == n else fork
-        L = max((x for x in lengths if x <= seen), default=None)
+        # before its fork were (n, the chain drafts accepted).
+        L = max((x for x in lengths if x <= n), default=None)
         D = self.width
         # Slot j of the block after L drafts sits where draft L + 1 + j did; the bonus sits at draft
         # position path + 1, so the slots after path - L are the next drafts.

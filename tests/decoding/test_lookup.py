@@ -410,3 +410,89 @@ def test_spec_with_datastore_drafts_samples_the_target_distribution(small_vocab_
                               temperature=1.0, seed=11, extras={"datastore": store})  # fmt: skip
     assert chi2_pvalue(counts, exact_joint(model, 1.0, 1.0, t), n) > 1e-3
     assert sum(chains) > 0.2 * len(chains)  # the store's drafts were verified, not only proposed
+
+
+# ---------------------------------------------------------------- lookups after the chain's first drafts
+
+
+def forked_branches(monkeypatch) -> list[int]:
+    """The fork of every looked-up branch taken."""
+    forks, original = [], spec_module.accept_with_branches
+
+    def counted(drafts, probs, ntp, branch_forks, *rest):
+        out = original(drafts, probs, ntp, branch_forks, *rest)
+        if out[2] >= 0:
+            forks.append(branch_forks[out[2]])
+        return out
+
+    monkeypatch.setattr(spec_module, "accept_with_branches", counted)
+    return forks
+
+
+class RightThenWrong(Right):
+    """The block's first draft right, stated with full confidence, the ones after it wrong, each
+    stated as a coin flip."""
+
+    def update(self, row, ntp, block):
+        upd = super().update(row, ntp, block)
+        st = row.state
+        st.tokens = st.tokens[:1] + [(t + 1) % (self.mask_id - 1) for t in st.tokens[1:]]
+        if st.tokens:
+            st.reach = st.predicted = 0.5 ** torch.arange(len(st.tokens), dtype=torch.float32)
+        return upd
+
+
+@pytest.mark.parametrize("cost", [None, FLAT], ids=["fixed", "flat"])
+def test_lookups_after_the_chains_first_draft_carry_on_where_its_next_fails(counting, monkeypatch, cost):
+    """No lookup before the chain finds anything (patched away); the lookup after its first draft,
+    which is right, finds the count in the prompt: as a branch at fork 1 it commits what the chain's
+    wrong drafts lose, and the output is still exactly AR's."""
+    model, mask_id = counting
+    prompt = list(range(4, 28)) + [4, 5, 6]
+    ar = run(model, mask_id, [prompt], method="ar", max_new_tokens=24)[0]
+    RightThenWrong.truth = ar.tokens + [0] * 8
+    use_policy(RightThenWrong, monkeypatch)
+    monkeypatch.setattr(spec_module.Speculative, "candidates", lambda self, row: [])
+    forks = forked_branches(monkeypatch)
+    forwards = {}
+    for n in (0, 2):
+        config = DecodeConfig(method="spec", block_size=4, block_at=0, lookup=8, lookup_forks=n,
+                              adaptive=cost is not None, max_new_tokens=24)  # fmt: skip
+        got = decode(model, [prompt], config, mask_id, extras={"cost": cost} if cost else {})[0]
+        assert got.tokens == ar.tokens, n
+        forwards[n] = got.forwards
+    # The chain alone commits 2 tokens a forward at most; a taken branch up to 6, after which the
+    # block's slots are all behind the bonus and the next step drafts afresh.
+    assert forwards[2] <= 0.6 * forwards[0], forwards
+    assert forks and all(f >= 1 for f in forks)
+
+
+@pytest.mark.parametrize("forks", [1, 3])
+def test_spec_with_lookup_forks_equals_ar_batched_whatever_the_cost(tiny, forks):
+    model, mask_id = tiny
+    rng = torch.Generator().manual_seed(0)
+    store = datastore.build(torch.randint(0, 6, (40, 30), generator=rng).tolist())
+    prompts = PROMPTS + [[3, 4, 5, 3, 4, 5, 3, 4]]
+    ar = run(model, mask_id, prompts, method="ar", max_new_tokens=30)
+    for adaptive, cost in ((False, None), (True, FLAT), (True, STEEP)):
+        config = DecodeConfig(method="spec", block_size=4, adaptive=adaptive, lookup_forks=forks,
+                              max_new_tokens=30)  # fmt: skip
+        extras = {"datastore": store, **({"cost": cost} if cost else {})}
+        got = decode(model, prompts, config, mask_id, extras=extras)
+        assert [g.tokens for g in got] == [a.tokens for a in ar], (adaptive, cost)
+
+
+def test_spec_with_lookup_forks_samples_the_target_distribution(small_vocab_model, monkeypatch):  # noqa: F811
+    """Branches forked after the chain's first drafts are point-mass proposals at their fork: the
+    committed tokens still follow the target's distribution, and such branches were taken."""
+    model, mask_id = small_vocab_model
+    rng = torch.Generator().manual_seed(1)
+    store = datastore.build(torch.randint(0, 4, (30, 12), generator=rng).tolist())
+    monkeypatch.setattr(LookupStats, "rate", lambda self, match, rel=ALONE: 0.3)
+    forks = forked_branches(monkeypatch)
+    n, t = 6000, 4
+    counts, _ = sample_counts(model, mask_id, n, t=t, method="spec", block_size=3, adaptive=False,
+                              lookup_forks=2, temperature=1.0, seed=13,
+                              extras={"datastore": store})  # fmt: skip
+    assert chi2_pvalue(counts, exact_joint(model, 1.0, 1.0, t), n) > 1e-3
+    assert sum(f >= 1 for f in forks) > 100  # branches at later forks were taken, not only fed

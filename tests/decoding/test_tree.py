@@ -27,18 +27,67 @@ def test_greedy_tree_takes_the_branch_whose_alternative_the_target_chose():
     target = one_hot([1, 5, 3, 4, 0])  # the target rejects draft 2 (index 1) for 5
     branches = [[6, 3, 4], [5, 3, 4]]  # alternatives to drafts[1], then the drafts after it
     after_5 = one_hot([3, 4, 9])  # the target's tokens after 5, 3, 4 on the branch
-    n, commit, taken = accept_with_branches(drafts, None, target, 1, branches, [one_hot([0, 0, 0]), after_5],
-                                            0.0, 1.0, None)  # fmt: skip
+    n, commit, taken = accept_with_branches(drafts, None, target, [1, 1], branches,
+                                            [one_hot([0, 0, 0]), after_5], 0.0, 1.0, None)  # fmt: skip
     assert (n, commit, taken) == (1, [1, 5, 3, 4, 9], 1)
     # No alternative matches: the chain's bonus.
-    n, commit, taken = accept_with_branches(drafts, None, target, 1, [[6, 3, 4]], [after_5], 0.0, 1.0, None)
+    n, commit, taken = accept_with_branches(drafts, None, target, [1], [[6, 3, 4]], [after_5], 0.0, 1.0, None)
     assert (n, commit, taken) == (1, [1, 5], -1)
     # A rejection before the fork, or none at it: the chain alone decides.
-    n, commit, taken = accept_with_branches(drafts, None, target, 2, branches, [after_5] * 2, 0.0, 1.0, None)
+    n, commit, taken = accept_with_branches(drafts, None, target, [2, 2], branches, [after_5] * 2, 0.0, 1.0,
+                                            None)  # fmt: skip
     assert (n, commit, taken) == (1, [1, 5], -1)
     ok = one_hot([1, 2, 3, 4, 7])
-    assert accept_with_branches(drafts, None, ok, 1, branches, [after_5] * 2, 0.0, 1.0, None) == (
+    assert accept_with_branches(drafts, None, ok, [1, 1], branches, [after_5] * 2, 0.0, 1.0, None) == (
         4, [1, 2, 3, 4, 7], -1)  # fmt: skip
+
+
+def test_greedy_branches_at_several_forks_count_only_at_the_chains_first_rejection_or_end():
+    drafts = [1, 2, 3]
+    branches = [[5, 6], [7, 8], [9]]
+    forks = [0, 2, 3]  # an alternative to drafts[0], to drafts[2], and one after the last draft
+    target = one_hot([1, 2, 7, 8])  # the target rejects drafts[2] for 7
+    after = [one_hot([0, 0]), one_hot([8, 4]), one_hot([6])]  # the target's tokens after each branch token
+    assert accept_with_branches(drafts, None, target, forks, branches, after, 0.0, 1.0, None) == (
+        2, [1, 2, 7, 8, 4], 1)  # fmt: skip
+    # Every draft accepted, the bonus 9: the branch after the last draft carries on.
+    target = one_hot([1, 2, 3, 9])
+    assert accept_with_branches(drafts, None, target, forks, branches, after, 0.0, 1.0, None) == (
+        3, [1, 2, 3, 9, 6], 2)  # fmt: skip
+    # A rejection where no branch forks: the chain's bonus alone.
+    target = one_hot([1, 4, 3, 9])
+    assert accept_with_branches(drafts, None, target, forks, branches, after, 0.0, 1.0, None) == (
+        1, [1, 4], -1)  # fmt: skip
+
+
+def test_sampled_branches_after_the_last_draft_commit_the_targets_distribution():
+    """One draft, two point-mass alternatives after it (fork m = 1): the token after the draft follows
+    p1 whether or not a branch is taken, and the token after a taken branch its own logits."""
+    g = torch.Generator().manual_seed(2)
+    v = 5
+    p_logits = torch.randn(2, v, generator=g)  # [m + 1, V]
+    q = torch.softmax(torch.randn(1, v, generator=g), -1)
+    branch_logits = [torch.randn(2, v, generator=g) for _ in range(2)]  # after each alternative
+    gen = torch.Generator().manual_seed(3)
+    second, after, taken = torch.zeros(v), {}, 0
+    for _ in range(20000):
+        d = int(torch.multinomial(q[0], 1, generator=gen))
+        branches = [[1, 3], [2, 4]]  # each: an alternative after the draft, then a looked-up draft
+        probs = [torch.nn.functional.one_hot(torch.tensor(b[1:]), v).float() for b in branches]
+        _, commit, k = accept_with_branches([d], q, p_logits, [1, 1], branches, branch_logits, 1.0, 1.0, gen,
+                                            probs)  # fmt: skip
+        if commit[0] != d:
+            continue  # the draft was rejected: its residual's token, as the chain test checks
+        second[commit[1]] += 1
+        taken += k >= 0
+        if k >= 0:
+            after.setdefault(k, torch.zeros(v))[commit[2]] += 1
+    assert chisquare(second, torch.softmax(p_logits[1], -1) * second.sum()).pvalue > 1e-3
+    assert taken > 1000
+    # A taken branch's looked-up draft is verified as a chain's: the token after the alternative
+    # follows the branch's logits there, accepted or drawn from the residual.
+    for k, counts in after.items():
+        assert chisquare(counts, torch.softmax(branch_logits[k][0], -1) * counts.sum()).pvalue > 1e-3, k
 
 
 def test_sampled_tree_commits_the_targets_distribution_at_the_fork_and_after_it():
@@ -55,8 +104,8 @@ def test_sampled_tree_commits_the_targets_distribution_at_the_fork_and_after_it(
     for _ in range(20000):
         d = int(torch.multinomial(q[0], 1, generator=gen))
         alts = [t for t in torch.argsort(q[0], descending=True).tolist() if t != d][:2]
-        _, commit, k = accept_with_branches([d], q, p_logits, 0, [[a] for a in alts], branch_logits, 1.0, 1.0,
-                                            gen)  # fmt: skip
+        _, commit, k = accept_with_branches([d], q, p_logits, [0, 0], [[a] for a in alts], branch_logits, 1.0,
+                                            1.0, gen)  # fmt: skip
         first[commit[0]] += 1
         taken += k >= 0
         if len(commit) == 2:
