@@ -474,12 +474,14 @@ def test_spec_with_lookup_forks_equals_ar_batched_whatever_the_cost(tiny, forks)
     store = datastore.build(torch.randint(0, 6, (40, 30), generator=rng).tolist())
     prompts = PROMPTS + [[3, 4, 5, 3, 4, 5, 3, 4]]
     ar = run(model, mask_id, prompts, method="ar", max_new_tokens=30)
-    for adaptive, cost in ((False, None), (True, FLAT), (True, STEEP)):
-        config = DecodeConfig(method="spec", block_size=4, adaptive=adaptive, lookup_forks=forks,
-                              max_new_tokens=30)  # fmt: skip
+    # threshold at 1 commits nothing unverified: spec's output, branches and all
+    for method, adaptive, cost in (("spec", False, None), ("spec", True, FLAT), ("spec", True, STEEP),
+                                   ("threshold", True, FLAT)):  # fmt: skip
+        config = DecodeConfig(method=method, threshold=1.0, block_size=4, adaptive=adaptive,
+                              lookup_forks=forks, max_new_tokens=30)  # fmt: skip
         extras = {"datastore": store, **({"cost": cost} if cost else {})}
         got = decode(model, prompts, config, mask_id, extras=extras)
-        assert [g.tokens for g in got] == [a.tokens for a in ar], (adaptive, cost)
+        assert [g.tokens for g in got] == [a.tokens for a in ar], (method, adaptive, cost)
 
 
 def test_spec_with_lookup_forks_samples_the_target_distribution(small_vocab_model, monkeypatch):  # noqa: F811
