@@ -1,24 +1,12 @@
 """scripts/replay_forks.py: what lookups after the chain's first drafts would add to recorded steps."""
 
-import importlib.util
-import sys
-from pathlib import Path
+from scripts_dir import load_script
 
 from pardec.model import datastore as ds
 
-SCRIPT = Path(__file__).parents[2] / "scripts" / "replay_forks.py"
-
-
-def _replay_forks():
-    sys.path.insert(0, str(SCRIPT.parent))  # it imports replay_lookup.py beside it, as when run as a script
-    spec = importlib.util.spec_from_file_location("replay_forks", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 def test_a_lookup_after_the_chains_accepted_draft_carries_on_where_the_chain_failed():
-    rf = _replay_forks()
+    rf = load_script("replay_forks")
     store = ds.build([[8, 9] + list(range(20, 30))])  # after 8 9, the store went on 20 .. 29
     answer = list(range(20, 30))  # the same, after the prompt 7 8 9; nothing in it repeats
     runs = [([7, 8, 9], answer, [2] * 5)]  # recorded: each step one accepted draft and the bonus

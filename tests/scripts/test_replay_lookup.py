@@ -1,22 +1,12 @@
 """scripts/replay_lookup.py: the TPF looked-up drafts alone would give, replayed on known answers."""
 
-import importlib.util
-from pathlib import Path
+from scripts_dir import load_script
 
 from pardec.model import datastore as ds
 
-SCRIPT = Path(__file__).parents[2] / "scripts" / "replay_lookup.py"
-
-
-def _replay_lookup():
-    spec = importlib.util.spec_from_file_location("replay_lookup", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 def test_an_answer_the_store_holds_replays_at_the_drafts_it_copies():
-    rl = _replay_lookup()
+    rl = load_script("replay_lookup")
     answer = list(range(10, 50))  # 40 tokens, none repeated: the in-context lookup finds nothing
     store = ds.build([answer])
     # Steps: 2 with no match of 2 tokens, then 16 drafts + 1 twice (to 36), then the last 4 + 1.
@@ -27,7 +17,7 @@ def test_an_answer_the_store_holds_replays_at_the_drafts_it_copies():
 
 
 def test_a_tree_keeps_the_branch_the_chain_walks_past():
-    rl = _replay_lookup()
+    rl = load_script("replay_lookup")
     # After [5, 6, 7] the store went on with 3, 4 twice and with 8, 9 once: the chain drafts 3, 4.
     store = ds.build([[5, 6, 7, 3, 4], [5, 6, 7, 3, 4], [5, 6, 7, 8, 9]])
     assert store.propose([5, 6, 7], 4)[0] == [3, 4]

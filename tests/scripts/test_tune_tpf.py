@@ -1,22 +1,11 @@
 """scripts/tune_tpf.py on the tiny model: per-category TPF equals the TPF of that category run alone."""
 
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).parents[2] / "scripts" / "tune_tpf.py"
-
-
-def _tune_tpf():
-    sys.path.insert(0, str(SCRIPT.parent))  # it imports per_category.py beside it, as when run as a script
-    spec = importlib.util.spec_from_file_location("tune_tpf", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from scripts_dir import load_script
 
 
 def _write(path: Path, rows: list[tuple[str, str]]) -> str:
@@ -25,7 +14,7 @@ def _write(path: Path, rows: list[tuple[str, str]]) -> str:
 
 
 def _run(capsys, tiny_dir, tiny_adapter, task: str, *extra: str) -> str:
-    _tune_tpf().main(
+    load_script("tune_tpf").main(
         ["--model", tiny_dir, "--adapter", tiny_adapter, "--task", task, "--dtype", "float32",
          "--max-new-tokens", "12", "--batch-size", "2", "--methods", "spec@adaptive=false", *extra]
     )  # fmt: skip
@@ -49,5 +38,5 @@ def test_by_category_gives_each_category_the_tpf_it_has_alone(tiny_dir, tiny_ada
 def test_a_method_with_a_model_of_its_own_is_refused(tiny_dir, tiny_adapter, tmp_path, capsys):
     task = _write(tmp_path / "one.jsonl", [("1/a", "the cat")])
     with pytest.raises(SystemExit, match="one model per run"):
-        _tune_tpf().main(["--model", tiny_dir, "--adapter", tiny_adapter, "--task", task,
+        load_script("tune_tpf").main(["--model", tiny_dir, "--adapter", tiny_adapter, "--task", task,
                           "--methods", "spec@quant=int8"])  # fmt: skip
