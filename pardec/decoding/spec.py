@@ -401,18 +401,19 @@ class Speculative(Verifier):
         return (expected + gain) / seconds(base + tokens) > expected / seconds(base)
 
     def looked_branches(self, row) -> list[Branch]:
-        """The step's candidate branches of the other candidate and of the lookups after the chain's
-        first drafts (`relooked`), each from where it parts from the (kept) chain, one per fork and
-        first token (the likeliest), likeliest first."""
+        """The step's candidate branches of the other candidate and, with `lookup_forks`, of every
+        source's lookups before the chain and after its first drafts (`relooked`), each from where it
+        parts from the (kept) chain, one per fork and first token (the likeliest), likeliest first."""
         st: SpecDrafts = row.state
         m = len(st.tokens)
         out = []
         if st.other is not None and st.other_at < m:
             probs = st.other_probs if st.from_lookup else None  # the block's drafts, else looked up
             out.append(Branch(st.other_at, st.other, st.other_gain, probs))
-        if st.relooked:
+        if self.cfg.lookup_forks:
             chain = [1.0] * m if st.predicted is None else st.predicted[:m].tolist()
-            for k, cand in st.relooked:
+            # Every source's lookup before the chain too, not only the one that competed with it
+            for k, cand in [(0, c) for c in st.looked] + st.relooked:
                 if k > m:
                     continue
                 j = 0  # the looked-up drafts that agree with the chain's after k

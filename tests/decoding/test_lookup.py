@@ -498,3 +498,26 @@ def test_spec_with_lookup_forks_samples_the_target_distribution(small_vocab_mode
                               extras={"datastore": store})  # fmt: skip
     assert chi2_pvalue(counts, exact_joint(model, 1.0, 1.0, t), n) > 1e-3
     assert sum(f >= 1 for f in forks) > 100  # branches at later forks were taken, not only fed
+
+
+@pytest.mark.parametrize("forks", [0, 1])
+def test_with_lookup_forks_every_sources_lookup_is_a_branch_not_only_the_others(monkeypatch, forks):
+    """The text and the store both propose drafts before the chain (the block's sure drafts): without
+    lookup forks only the likelier source is the other candidate's branch; with them both are."""
+    monkeypatch.setattr(LookupStats, "rate", lambda self, match, rel=ALONE: 0.3)
+    store = datastore.build([[4, 5, 40, 41, 42]])
+    config = DecodeConfig(method="spec", block_size=4, adaptive=False, lookup=8, lookup_forks=forks)
+    policy = spec_module.Speculative(config, 47, None, extras={"datastore": store})
+    state = policy.new_state()
+    state.tokens, state.predicted = [30, 31, 32], torch.tensor([0.95, 0.9, 0.85])
+    state.reach = state.predicted
+    row = spec_module.Row(index=0, committed=list(range(1, 21)) + [4, 5], n_prompt=3, budget=100, state=state)
+    policy.look_up(row)
+    assert not state.from_lookup  # the block's drafts are the chain
+    firsts = {(b.fork, b.tokens[0]) for b in policy.looked_branches(row)}
+    if forks:
+        # Both sources at fork 0 (the text: 6 after "4 5"; the store: 40); after the chain's first
+        # draft (30) neither finds anything.
+        assert firsts == {(0, 6), (0, 40)}
+    else:
+        assert len(firsts) == 1 and firsts <= {(0, 6), (0, 40)}
