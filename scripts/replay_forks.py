@@ -20,7 +20,7 @@ import argparse
 import json
 from pathlib import Path
 
-from replay_lookup import matched  # this folder's: run as python scripts/replay_forks.py
+from replay_lookup import matched, recorded  # this folder's: run as python scripts/replay_forks.py
 
 from pardec.decoding import lookup
 from pardec.model import datastore as ds
@@ -81,8 +81,6 @@ def main(argv: list[str] | None = None) -> None:
 
     from transformers import AutoTokenizer
 
-    from pardec import tasks
-    from pardec.model.chat import encode_prompt
     from pardec.model.loading import resolve
 
     tok = AutoTokenizer.from_pretrained(str(resolve(args.model)))
@@ -92,12 +90,7 @@ def main(argv: list[str] | None = None) -> None:
     depths = [int(x) for x in args.depths.split(",")]
     results = {}
     for path in args.samples:
-        samples = [json.loads(line) for line in Path(path).read_text().splitlines()]
-        prompts = {}
-        for name in sorted({s["task"] for s in samples}):
-            prompts.update({it.id: it.prompt for it in tasks.load_task(name)})
-        runs = [(encode_prompt(tok, prompts[s["id"]]), s["tokens"], s["steps"])
-                for s in samples if s["method"] == "spec"]  # fmt: skip
+        runs = [(ids, s["tokens"], s["steps"]) for ids, s in recorded(path, tok, "spec")]
         name = Path(path).parent.name
         results[name] = replay(runs, store, forks, depths)
         print(name, json.dumps(results[name]), flush=True)

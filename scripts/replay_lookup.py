@@ -142,6 +142,18 @@ def replay(
     return out
 
 
+def recorded(path: str | Path, tok, method: str) -> list[tuple[list[int], dict]]:
+    """A bench run's samples of one method, each with its prompt's token ids as the run encoded it."""
+    from pardec import tasks
+    from pardec.model.chat import encode_prompt
+
+    samples = [json.loads(line) for line in Path(path).read_text().splitlines()]
+    prompts = {}
+    for name in sorted({s["task"] for s in samples}):
+        prompts.update({it.id: it.prompt for it in tasks.load_task(name)})
+    return [(encode_prompt(tok, prompts[s["id"]]), s) for s in samples if s["method"] == method]
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--samples", action="append", required=True,
@@ -157,8 +169,6 @@ def main(argv: list[str] | None = None) -> None:
     from tqdm import tqdm
     from transformers import AutoTokenizer
 
-    from pardec import tasks
-    from pardec.model.chat import encode_prompt
     from pardec.model.loading import resolve
     from pardec.training.data import read_pairs
     from pardec.training.sources import ContaminationFilter
@@ -171,15 +181,8 @@ def main(argv: list[str] | None = None) -> None:
     answers = [tok.encode(r["response"], add_special_tokens=False) for r in tqdm(rows, desc="tokenizing")]
     random.Random(0).shuffle(answers)
 
-    sets = {}
-    for path in args.samples:
-        samples = [json.loads(line) for line in Path(path).read_text().splitlines()]
-        prompts = {}
-        for name in sorted({s["task"] for s in samples}):
-            prompts.update({it.id: it.prompt for it in tasks.load_task(name)})
-        sets[Path(path).parent.name] = [
-            (encode_prompt(tok, prompts[s["id"]]), s["tokens"]) for s in samples if s["method"] == "ar"
-        ]
+    sets = {Path(path).parent.name: [(ids, s["tokens"]) for ids, s in recorded(path, tok, "ar")]
+            for path in args.samples}  # fmt: skip
 
     fractions = [float(f) for f in args.fractions.split(",")]
     trees = [f"tree@{b}" for b in args.tree.split(",") if b]

@@ -77,15 +77,22 @@ class SpecDrafts(Drafts):
     other: list[int] | None = None
     other_probs: torch.Tensor | None = None
     other_gain: float = 0.0
-    other_fed: bool = False  # this step feeds it as its branch
     # With `lookup_forks`: (k, looked-up candidate after the chain's first k drafts) per fork and source
     relooked: list[tuple[int, lookup.Looked]] = field(default_factory=list)
     fed_branches: list[Branch] = field(default_factory=list)  # the looked-up branches this step feeds
 
     def clear(self) -> None:
         super().clear()
-        self.from_lookup, self.other, self.other_probs, self.other_fed = False, None, None, False
+        self.from_lookup, self.other, self.other_probs = False, None, None
         self.relooked, self.fed_branches = [], []
+
+
+def _shared(a: list[int], b: list[int]) -> int:
+    """How many tokens a and b share from their first."""
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
 
 
 def _after(reach: list[float], start: int, end: int) -> float:
@@ -186,7 +193,7 @@ class Speculative(Verifier):
         than the block's drafts; the candidate not chosen is kept, from where the two part, as the
         step's possible branch."""
         st: SpecDrafts = row.state
-        st.other, st.other_probs, st.other_fed, st.from_lookup = None, None, False, False
+        st.other, st.other_probs, st.from_lookup = None, None, False
         st.looked, st.look = self.candidates(row), []
         # Relations to the block's most likely tokens (its drafts when greedy), not to the drafts it
         # drew when sampling: a chain chosen by the draws would bias what verification accepts.
@@ -212,10 +219,7 @@ class Speculative(Verifier):
         st.look = best.drafts[: len(look_reach)]
         scale = st.plan.scale if self.cost is not None else 1.0
         block_reach = [] if st.predicted is None else [min(1.0, x * scale) for x in st.predicted.tolist()]
-        c = 0
-        while c < min(len(block), len(st.look)) and block[c] == st.look[c]:
-            c += 1
-        st.other_at = c
+        c = st.other_at = _shared(block, st.look)
         if best_worth > self._worth(row, block_reach):
             if c < len(block) and c < len(st.look):
                 st.other, st.other_probs = block[c:], None if st.probs is None else st.probs[c + 1 :]
@@ -416,9 +420,7 @@ class Speculative(Verifier):
             for k, cand in [(0, c) for c in st.looked] + st.relooked:
                 if k > m:
                     continue
-                j = 0  # the looked-up drafts that agree with the chain's after k
-                while k + j < m and j < len(cand.drafts) and cand.drafts[j] == st.tokens[k + j]:
-                    j += 1
+                j = _shared(cand.drafts, st.tokens[k:])  # the looked-up drafts that agree with the chain's
                 if j == len(cand.drafts):
                     continue
                 fork = k + j
@@ -444,8 +446,7 @@ class Speculative(Verifier):
                 break
             st.fed_branches.append(b)
             gain, tokens = gain + b.gain, tokens + self.branch_width
-        st.other_fed = bool(st.fed_branches)
-        return st.other_fed
+        return bool(st.fed_branches)
 
     def branches(self, row) -> list[list[int]]:
         """The branches' tokens (without padding): the other candidate's, or each alternative, then
