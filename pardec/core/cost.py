@@ -226,6 +226,7 @@ FORWARD_PATH = (
     "core/masks.py",
     "model/adapters.py",
     "model/quant.py",
+    "model/packed.py",
     "model/compiled.py",
     "model/invariant_attention.py",
 )

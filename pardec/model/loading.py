@@ -214,7 +214,8 @@ def load_model(
     its linear layers' weights if `quant` says so (model/quant.py: int8, int4, or gguf, the GGUF's own
     4-bit blocks; with -lowmem, as int4-lowmem, without dense copies for many-token forwards;
     w8a8, whose activations are always float32 (quant.activation_dtype) and whose attention is
-    batch invariant (model/invariant_attention.py)).
+    batch invariant (model/invariant_attention.py); packed, float32 weights also in MKL's packed
+    layout for few-token forwards, model/packed.py).
     `compile`: decode through torch.compile (model/compiled.py)."""
     try:
         kind, dense = quantization.parse(quant)
@@ -222,6 +223,8 @@ def load_model(
         raise PardecError(str(e)) from None
     if compile and kind == "w8a8":
         raise PardecError(NO_COMPILED_W8A8)
+    if kind == "packed" and (why := quantization.packed_available()):
+        raise PardecError(f"--quant packed cannot run here: {why}")
     gguf = gguf_file(model) if kind == "gguf" else None  # refused before the slow load
     # w8a8 rounds activations to codes, so a verify step must compute each token bit for bit as an AR
     # step does, or a flipped code parts spec from AR: its linears are batch invariant, its attention

@@ -11,6 +11,8 @@
   compiled int4 one 4.8: benchmarks/w8a8-avx2-zen3.md), so block steps stay cheap and no dense
   copies are needed. Linears that read the same input (q/k/v, gate/up) run as one GEMM each set
   (`W8A8Siblings`): 97 calls a step instead of 169.
+- `packed`: not quantized: float32 weights, also held in MKL's packed GEMM layout so that forwards
+  of 3-16 tokens do not repack them on every call (model/packed.py).
 - `gguf`: the GGUF's own 4-bit blocks (Q4_0, Q4_1, Q4_K) go to the int4 kernel as they were shipped
   (model/gguf_blocks.py); tensors in other formats (5-, 6- and 8-bit blocks, which no PyTorch kernel
   takes group-wise) go to per-channel int8 from their dequantized values.
@@ -43,8 +45,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..machine import machine, native_bf16
+from .packed import PackedLinear
+from .packed import available as packed_available
 
-QUANTS = ("none", "int8", "int4", "w8a8", "gguf")
+QUANTS = ("none", "int8", "int4", "w8a8", "gguf", "packed")
 LOW_MEMORY = "-lowmem"  # int4-lowmem: no dense copies, the kernel for every forward
 CHOICES = QUANTS + tuple(q + LOW_MEMORY for q in ("int8", "int4", "gguf"))  # w8a8 keeps no copies
 GROUP = 32  # int4 group size: Q4_0/Q4_1/Q4_K's sub-blocks
@@ -325,11 +329,12 @@ def dequantized(codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor)
 
 
 def activation_dtype(kind: str, dtype: torch.dtype) -> torch.dtype:
-    """The dtype a model quantized by `kind` runs its activations in: float32 for w8a8, else `dtype`.
+    """The dtype a model quantized by `kind` runs its activations in: float32 for w8a8 and packed
+    (MKL's packed GEMM is float32's), else `dtype`.
     w8a8 rounds each token's activations to 7-bit codes; bf16's rounding in attention and norms
     differs between a token fed alone and in a block by enough to flip codes, and then a verified
     token is not the one AR would pick (benchmarks/w8a8-avx2-zen3.md, last section)."""
-    return torch.float32 if kind == "w8a8" else dtype
+    return torch.float32 if kind in ("w8a8", "packed") else dtype
 
 
 def copies_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -365,9 +370,11 @@ def quantize(model, kind: str, head: bool = True, gguf: Path | None = None, tune
     (an input count not a multiple of the group) goes to int8."""
     if kind not in QUANTS:
         raise ValueError(f"unknown quantization '{kind}': one of {', '.join(QUANTS)}")
-    counts = {"int4": 0, "int8": 0} | ({"w8a8": 0} if kind == "w8a8" else {})
+    counts = {"int4": 0, "int8": 0} | ({kind: 0} if kind in ("w8a8", "packed") else {})
     if kind == "none":
         return counts
+    if kind == "packed" and (why := packed_available()):
+        raise ValueError(f"--quant packed cannot run here: {why}")
     shipped = {}
     if kind == "gguf":
         if gguf is None:
@@ -391,6 +398,8 @@ def quantize(model, kind: str, head: bool = True, gguf: Path | None = None, tune
             )
         elif kind == "w8a8":
             q = W8A8Linear(linear)
+        elif kind == "packed":
+            q = PackedLinear(linear)
         elif kind == "int4" and fits_int4(linear.in_features):
             q = Int4Linear.from_linear(linear, dense=dense, dense_dtype=copies)
         else:
@@ -490,7 +499,7 @@ def _read_crossovers(path: Path | None, shapes) -> dict | None:
 def weight_bytes(model) -> dict[str, int]:
     """Bytes the model holds in parameters and buffers: `kernel` (what a few-token forward reads:
     packed codes and scales, or the dense weights where nothing is quantized) and `dense` (the
-    dequantized copies many-token forwards read)."""
+    dequantized copies many-token forwards read; packed's copies in MKL's layout)."""
     kernel = dense = 0
     seen = set()  # a tied weight (embeddings and head) is held once
     for m in model.modules():
@@ -504,5 +513,8 @@ def weight_bytes(model) -> dict[str, int]:
                 dense += size
             else:
                 kernel += size
-        kernel += getattr(m, "packed_bytes", 0)  # weights held by an op's own packed object (w8a8)
+        if isinstance(m, PackedLinear):  # a copy for few-token forwards, beside the weights
+            dense += m.packed_bytes
+        else:
+            kernel += getattr(m, "packed_bytes", 0)  # weights held by an op's own packed object (w8a8)
     return {"kernel": kernel, "dense": dense}

@@ -297,7 +297,7 @@ def test_low_memory_keeps_no_dense_copies_and_computes_the_same_model(quant, tin
 
 
 @pytest.mark.parametrize("kind", ["llama", "qwen2"])
-@pytest.mark.parametrize("quant", ["int8", "int4", "int4-lowmem", "w8a8"])
+@pytest.mark.parametrize("quant", ["int8", "int4", "int4-lowmem", "w8a8", "packed"])
 def test_spec_on_the_quantized_model_equals_its_own_ar(kind, quant):
     model, mask_id = tiny_model(kind)
     adapters.attach(model, adapters.LoRAConfig("gated-lora", rank=4, alpha=8))
