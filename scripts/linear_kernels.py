@@ -1,10 +1,11 @@
 """What one linear layer costs by tokens fed, for each way PyTorch's CPU kernels can hold its weights:
-bf16 and fp32 (dense), int8 weight-only (`_weight_int8pack_mm`), int4 weight-only in groups of 32
-(`_weight_int4pack_mm_for_cpu`), and int8 weights with int8 activations quantized per token
-(`torch._int_mm`, the quantization included), and pardec's `w8a8` (fbgemm's integer GEMM, int8
-activations per token, as decoding runs it). Many distinct weights are cycled through so that they
-are read from memory, as in a forward, not from cache. Prints milliseconds per linear, and each as a
-multiple of its own one-token time (what a block step costs against an AR step with that kernel).
+bf16 and fp32 (dense), fp32 with MKL-packed weights (`--quant packed`), int8 weight-only
+(`_weight_int8pack_mm`), int4 weight-only in groups of 32 (`_weight_int4pack_mm_for_cpu`), int8
+weights with int8 activations quantized per token (`torch._int_mm`, the quantization included), and
+pardec's `w8a8` (fbgemm's integer GEMM, int8 activations per token, as decoding runs it). Many
+distinct weights are cycled through so that they are read from memory, as in a forward, not from
+cache. Prints milliseconds per linear, and each as a multiple of its own one-token time (what a
+block step costs against an AR step with that kernel).
 
     python scripts/linear_kernels.py --out 4864 --in 896
 """
@@ -17,6 +18,7 @@ import time
 import torch
 from torch import nn
 
+from pardec.model.packed import PackedLinear
 from pardec.model.quant import Int4Linear, Int8Linear, W8A8Linear
 
 
@@ -40,12 +42,13 @@ def main(argv: list[str] | None = None) -> None:
     N, K, L = args.out, args.inp, args.layers
     g = torch.Generator().manual_seed(0)
     # pardec's own quantized linears: the kernels decoding runs
-    dense, dense32, int8, int4, w8a8s = [], [], [], [], []
+    dense, dense32, packed, int8, int4, w8a8s = [], [], [], [], [], []
     for _ in range(L):
         linear = nn.Linear(K, N, bias=False).bfloat16()
         nn.init.normal_(linear.weight, generator=g)
         dense.append(linear.weight)
         dense32.append(linear.weight.float())
+        packed.append(PackedLinear(nn.Linear(K, N, bias=False)))
         int8.append(Int8Linear(linear))
         int4.append(Int4Linear.from_linear(linear))
         w8a8s.append(W8A8Linear(linear))
@@ -58,6 +61,7 @@ def main(argv: list[str] | None = None) -> None:
     kinds = {
         "bf16": lambda x: [x @ w.T for w in dense],
         "fp32": lambda x: [x.float() @ w.T for w in dense32],
+        "fp32 packed": lambda x: [q(x.float()) for q in packed],
         "int8 (weights)": lambda x: [q.kernel(x) for q in int8],
         "int4 (weights)": lambda x: [q.kernel(x) for q in int4],
         "int8 x int8 (_int_mm)": lambda x: [w8a8(x, q.weight_int8, q.scale.float()) for q in int8],
