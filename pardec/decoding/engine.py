@@ -28,7 +28,7 @@ class GenerationResult:
     forwards: int  # target forward passes that produced them (the prompt's forward included)
     accepted_per_step: list[int]  # tokens committed by each forward
     fed_per_step: list[int]  # tokens each forward fed for this row: pending (the prompt, first) + slots
-    slots_per_step: list[int]  # of those, block slots and branches (0: a plain AR step)
+    slots_per_step: list[int]  # of those, [MASK] block slots (0: a plain step, branches or not)
     # Steps that verified drafts with a predicted reach: (predicted reach of each fed draft, accepted)
     verified_per_step: list[tuple[tuple[float, ...], int]]
     # Every step: (drafts fed, drafts accepted) on the committed path; (0, 0) where none were fed
@@ -153,8 +153,8 @@ class Session:
             new = _truncate(r, upd.commit, self.stop_ids, self.on_commit)
             r.committed.extend(new)
             r.accepted.append(len(new))
-            r.slots.append(sum(len(blk.slots) for blk in wanted[b] or ()))
-            r.fed.append(len(pending[b]) + r.slots[-1])
+            r.slots.append(sum(len(blk.slots) for blk in wanted[b] or () if not blk.causal))
+            r.fed.append(len(pending[b]) + sum(len(blk.slots) for blk in wanted[b] or ()))
             if upd.predicted:
                 r.verified.append((upd.predicted, upd.keep_drafts))
             m = len(drafts[b])

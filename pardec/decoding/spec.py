@@ -145,6 +145,7 @@ class Speculative(Verifier):
         self.memory = (extras or {}).get("memory") or schedule.Memory()  # shared across calls if given
         self.batch_fed = 0  # tokens the last step fed over the whole batch (0: one row)
         self.batch_ar = False  # this step is a plain AR step for the whole batch
+        self.all_plain = False  # no row of this step feeds a block (its rows may still feed branches)
         self.width = config.block_size  # slots of each block this step feeds
         self.lookup_stats = (extras or {}).get("lookup") or lookup.LookupStats()  # shared if given
         self.store = (extras or {}).get("datastore") if config.datastore else None
@@ -298,7 +299,7 @@ class Speculative(Verifier):
         if self.cost is None:
             return
         if not self.trained_block:
-            self.batch_ar = True
+            self.batch_ar = self.all_plain = True
             for row in rows:
                 row.state.plan.block, row.state.plan.fed = False, 0
             return
@@ -330,6 +331,8 @@ class Speculative(Verifier):
                 st.plan.block, st.plan.fed = False, 0  # drafts() feeds the looked-up ones it pays for
         widths = [r.state.plan.slots for r in rows if r.state.plan.block]
         self.width = max(widths, default=self.cfg.block_size)
+        # Rows feed one shape: branches in plain steps only where no row feeds a block.
+        self.all_plain = not widths
 
     def drafts(self, row):
         st: SpecDrafts = row.state
@@ -361,20 +364,26 @@ class Speculative(Verifier):
         st: SpecDrafts = row.state
         return self.branch_width * (len(st.fed_branches) if st.fed_branches else self.cfg.tree)
 
+    def plain(self, row) -> bool:
+        """Whether the row's step is a plain one: no block, so no adapter's cost."""
+        return self.cost is not None and not row.state.plan.block
+
     def plan_fork(self, row) -> int | None:
         """The fed draft the branches replace, or None for no branches. The other candidate (lookup or
         block) where it parts from the fed chain, if it pays; else, with `tree`, the draft with the most
         expected tokens from its alternatives (reach before it times their probability, times one plus
         the drafts they carry on with); with `adaptive`, only where those tokens pay for the branch
-        tokens."""
+        tokens. A plain step (a looked-up chain verified without a block) may feed looked-up branches
+        too, priced on the plain curve, where no row of the batch feeds a block."""
         st: SpecDrafts = row.state
         m = len(st.tokens)
         st.fed_branches = []
-        if not m or (self.cost is not None and not st.plan.block):
+        plain = self.plain(row)
+        if not m or (plain and not self.all_plain):
             return None
         if self.plan_looked_branches(row):
             return st.fed_branches[0].fork
-        if not self.cfg.tree or st.alts is None:
+        if plain or not self.cfg.tree or st.alts is None:
             return None
         reach = [1.0] * m if st.predicted is None else st.predicted[:m].tolist()
         depth = self.cfg.tree_depth
@@ -399,8 +408,8 @@ class Speculative(Verifier):
         m = len(st.tokens)
         reach = [1.0] * m if st.predicted is None else st.predicted[:m].tolist()
         expected = 1.0 + sum(reach) + have_gain
-        context = len(row.committed)
-        seconds = lambda n: schedule.step_seconds(self.cost, n, context, self.width, st.plan.others)  # noqa: E731
+        context, slots = len(row.committed), 0 if self.plain(row) else self.width
+        seconds = lambda n: schedule.step_seconds(self.cost, n, context, slots, st.plan.others)  # noqa: E731
         base = 1 + m + have_tokens
         return (expected + gain) / seconds(base + tokens) > expected / seconds(base)
 
@@ -481,18 +490,16 @@ class Speculative(Verifier):
 
     def blocks(self, row):
         st: SpecDrafts = row.state
-        if self.cost is not None and not st.plan.block:
-            return None  # a plain AR step
         m = len(st.tokens)
         masks = [self.mask_id] * self.width
-        out = [Block(m - n, masks) for n in self.block_lengths(row)]
+        out = [] if self.plain(row) else [Block(m - n, masks) for n in self.block_lengths(row)]
         if st.fork is not None:  # branches start where their fork's draft sits, padded to one length
             width = self.branch_width
             out += [
                 Block(m - f, b + [0] * (width - len(b)), causal=True)
                 for f, b in zip(self.forks(row), self.branches(row))
             ]
-        return out
+        return out or None  # None: a plain AR step
 
     def _verify_tree(self, row, ntp, block) -> tuple[int, list[int], int]:
         """(chain drafts accepted, tokens to commit, drafts the committed path accepted)."""
@@ -504,7 +511,7 @@ class Speculative(Verifier):
         if st.fork is None:
             n, commit = self.verify(row, ntp)
             return n, commit, n
-        start = len(self.block_lengths(row)) * self.width
+        start = 0 if self.plain(row) else len(self.block_lengths(row)) * self.width
         width = self.branch_width
         branches = self.branches(row)
         logits = [block[start + k * width : start + k * width + len(b)] for k, b in enumerate(branches)]

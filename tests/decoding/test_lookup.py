@@ -521,3 +521,66 @@ def test_with_lookup_forks_every_sources_lookup_is_a_branch_not_only_the_others(
         assert firsts == {(0, 6), (0, 40)}
     else:
         assert len(firsts) == 1 and firsts <= {(0, 6), (0, 40)}
+
+
+def test_a_plain_step_feeds_the_other_sources_lookup_as_a_branch_where_no_row_feeds_a_block(monkeypatch):
+    """No trained block (every step plain): the text's lookup is the chain; with lookup forks the
+    store's, which parts from it at its first draft, is a causal branch in the same plain step, with
+    no [MASK] slot fed."""
+    monkeypatch.setattr(LookupStats, "rate", lambda self, match, rel=ALONE: 0.5)
+    store = datastore.build([[4, 5, 40, 41, 42]])
+    config = DecodeConfig(method="spec", block_size=4, lookup=8, lookup_forks=1)
+    policy = spec_module.Speculative(config, 47, None, extras={"cost": FLAT, "datastore": store,
+                                                                "trained_block": False})  # fmt: skip
+    committed = list(range(1, 21)) + [4, 5, 6, 7, 8] + list(range(9, 15)) + [4, 5]
+    row = spec_module.Row(index=0, committed=committed, n_prompt=3, budget=100, state=policy.new_state())
+    policy.before_step([row])
+    assert policy.all_plain and row.state.from_lookup and not row.state.plan.block
+    drafts = policy.drafts(row)
+    assert drafts[:2] == [6, 7]  # the text's copy after "4 5"
+    blocks = policy.blocks(row)
+    assert blocks and all(b.causal for b in blocks)  # branches only: no block slots
+    # The store's at fork 0 (likeliest first); the text's relookup after the first draft carries on
+    # after the chain's last.
+    assert blocks[0].slots[:3] == [40, 41, 42] and blocks[0].back == len(drafts)
+
+
+def test_plain_steps_feed_no_branch_beside_a_row_that_feeds_a_block(monkeypatch):
+    """Rows of a batch feed one shape: a plain row feeds no branch while another row feeds a block."""
+    monkeypatch.setattr(LookupStats, "rate", lambda self, match, rel=ALONE: 0.5)
+    store = datastore.build([[4, 5, 40, 41, 42]])
+    config = DecodeConfig(method="spec", block_size=4, lookup=8, lookup_forks=1)
+    policy = spec_module.Speculative(config, 47, None, extras={"cost": FLAT, "datastore": store})
+    committed = list(range(1, 21)) + [4, 5, 6, 7, 8] + list(range(9, 15)) + [4, 5]
+    rows = [spec_module.Row(index=i, committed=list(committed), n_prompt=3, budget=100,
+                            state=policy.new_state()) for i in range(2)]  # fmt: skip
+    rows[0].state.plan.ar_left = 3  # this row decodes plain steps for a while; the other a block step
+    policy.before_step(rows)
+    assert not rows[0].state.plan.block and rows[1].state.plan.block and not policy.all_plain
+    policy.drafts(rows[0])
+    assert rows[0].state.fork is None and policy.blocks(rows[0]) is None
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_plain_steps_with_branches_decode_exactly_ar(tiny, batch, monkeypatch):
+    """Spec with no trained block (plain steps only) and both sources, lookup forks too, batched or
+    not: token for token AR's output, and some plain steps fed branches."""
+    model, mask_id = tiny
+    fed, blocks = [], spec_module.Speculative.blocks
+
+    def recorded(self, row):
+        fed.append(blocks(self, row))
+        return fed[-1]
+
+    monkeypatch.setattr(spec_module.Speculative, "blocks", recorded)
+    rng = torch.Generator().manual_seed(0)
+    store = datastore.build(torch.randint(0, 6, (40, 30), generator=rng).tolist())
+    prompts = (PROMPTS + [[3, 4, 5, 3, 4, 5, 3, 4]])[:batch]
+    ar = run(model, mask_id, prompts, method="ar", max_new_tokens=30)
+    config = DecodeConfig(method="spec", block_size=4, lookup=8, lookup_forks=2, max_new_tokens=30)
+    got = decode(model, prompts, config, mask_id,
+                 extras={"cost": FLAT, "datastore": store, "trained_block": False})  # fmt: skip
+    assert [g.tokens for g in got] == [a.tokens for a in ar]
+    assert all(s == 0 for g in got for s in g.slots_per_step)  # never a block slot
+    branched = [b for b in fed if b is not None]
+    assert branched and all(blk.causal for b in branched for blk in b)  # branches, and only branches
