@@ -20,8 +20,9 @@ from ..api import configure
 from ..decoding import METHODS, DecodeConfig, decode
 from ..errors import PardecError
 from ..model import LoadedModel
-from ..model.loading import NO_COMPILED_W8A8
+from ..model.loading import no_compile
 from ..model.quant import CHOICES
+from ..model.quant import parse as parse_quant
 
 HF = "hf"
 LLAMACPP = "llamacpp"
@@ -122,8 +123,9 @@ def parse_methods(text: str, base: DecodeConfig, default_quant: str = "none") ->
                 external=name if name in EXTERNAL else None,
             )  # fmt: skip
         )
-    if any(s.compile and s.quant == "w8a8" for s in specs):
-        raise PardecError(NO_COMPILED_W8A8)
+    for s in specs:
+        if s.compile and (refusal := no_compile(parse_quant(s.quant)[0])):
+            raise PardecError(refusal)
     if not any(s.label == "ar" for s in specs):
         specs.insert(0, MethodSpec("ar", dataclasses.replace(base, method="ar"), quant=default_quant))
     if len({s.label for s in specs}) != len(specs):

@@ -41,7 +41,7 @@ def add_forward_args(p: argparse.ArgumentParser) -> None:
         "block steps do, with no dense copies; its activations are float32 whatever --dtype says (bf16 "
         "rounding would flip its 7-bit codes and part spec from AR); not with --compile. packed: not "
         "quantized but float32 weights also held in MKL's packed layout (1.75x their bytes more), so "
-        "forwards of 3-16 tokens (block steps) skip MKL's repacking of every weight on every call; "
+        "forwards of 4-16 tokens (block steps) skip MKL's repacking of every weight on every call; "
         "float32 whatever --dtype says. Default none (on a "
         "CPU without bf16 matrix instructions with a note that w8a8 is faster there)",
     )

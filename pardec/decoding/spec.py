@@ -31,7 +31,8 @@ Either way the target verifies every token.
 
 With `adaptive`, how many drafts each step feeds, and whether it is a plain AR step instead (which
 may still verify looked-up drafts, at no adapter's cost: also chosen where a looked-up chain commits
-more per second fed alone than with a block, as where a quantized kernel makes each token fed dear), follows
+more per second fed alone than with a block, as where a quantized kernel makes each token fed dear;
+where no row of the batch feeds a block, its looked-up branches too, priced on the plain curve), follows
 the measured cost of a step on this machine and the drafts' calibrated acceptance (schedule.py; the
 adapter's `calibration.json` maps confidences to acceptance probabilities where it has one); with
 `min_block_size` too, so does the block's size. A batch feeds one block size, its rows' longest.

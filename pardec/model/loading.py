@@ -196,10 +196,18 @@ class LoadedModel:
         return spec.sha256 if spec else None
 
 
-NO_COMPILED_W8A8 = (
-    "--compile does not take --quant w8a8: torch.compile cannot trace fbgemm's packed weights and "
-    "would break its graph at every linear, slower than eager (drop --compile)"
-)
+# Weights whose kernels torch.compile cannot take, and why
+NOT_COMPILED = {
+    "w8a8": "torch.compile cannot trace fbgemm's packed weights and would break its graph at every "
+    "linear, slower than eager",
+    "packed": "inductor cannot lower MKL's packed linear (mkl::_mkl_linear) as these layers call it",
+}
+
+
+def no_compile(kind: str) -> str | None:
+    """The refusal for --compile with these weights (a --quant kind), or None where it compiles."""
+    why = NOT_COMPILED.get(kind)
+    return None if why is None else f"--compile does not take --quant {kind}: {why} (drop --compile)"
 
 
 def load_model(
@@ -221,8 +229,8 @@ def load_model(
         kind, dense = quantization.parse(quant)
     except ValueError as e:
         raise PardecError(str(e)) from None
-    if compile and kind == "w8a8":
-        raise PardecError(NO_COMPILED_W8A8)
+    if compile and (refusal := no_compile(kind)):
+        raise PardecError(refusal)
     if kind == "packed" and (why := quantization.packed_available()):
         raise PardecError(f"--quant packed cannot run here: {why}")
     gguf = gguf_file(model) if kind == "gguf" else None  # refused before the slow load

@@ -1,14 +1,14 @@
 """Float32 linears whose weights are also held in MKL's packed GEMM layout (`--quant packed`).
 
-MKL's sgemm repacks the weight matrix on every call once a matmul has more than a few rows, and for
+MKL's sgemm repacks the weight matrix on every call once a matmul has more than three rows, and for
 the few-token forwards of spec's block steps (9 to 17 tokens: the bonus, drafts and block slots)
 that repacking costs more than the multiplication itself. Packed once at load (`cblas_sgemm_pack`,
 through PyTorch's own `mkl::_mkl_linear` op), a forward of `rows` tokens reads the packed copy and
 nothing else. The layout is packed for exactly `rows` rows, so a forward of fewer is padded with
-zero rows; one or two rows (AR steps, MKL's matrix-vector path that reads the plain weights once)
-and more than `rows` (prompts) run the plain weights. Both paths compute the same function up to
-float32 rounding, so spec stays exactly the model's greedy output as far as float32 AR itself is
-(what the step-cost curve gains: benchmarks/packed-icelake.md).
+zero rows; up to three rows (an AR step, or one verifying a draft or two: MKL multiplies so few
+without repacking) and more than `rows` (prompts) run the plain weights. Both paths compute the same
+function up to float32 rounding, so spec stays exactly the model's greedy output as far as float32
+AR itself is (what the step-cost curve gains: benchmarks/packed-icelake.md).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 ROWS = 16  # the rows the weights are packed for: a block step of D = 8 with up to 7 drafts
-PLAIN_ROWS = 2  # forwards of at most this many rows use the plain weights (matrix-vector products)
+PLAIN_ROWS = 3  # forwards of at most this many rows use the plain weights (MKL multiplies them unpacked)
 
 
 def available() -> str | None:

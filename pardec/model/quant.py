@@ -12,7 +12,7 @@
   copies are needed. Linears that read the same input (q/k/v, gate/up) run as one GEMM each set
   (`W8A8Siblings`): 97 calls a step instead of 169.
 - `packed`: not quantized: float32 weights, also held in MKL's packed GEMM layout so that forwards
-  of 3-16 tokens do not repack them on every call (model/packed.py).
+  of 4-16 tokens do not repack them on every call (model/packed.py).
 - `gguf`: the GGUF's own 4-bit blocks (Q4_0, Q4_1, Q4_K) go to the int4 kernel as they were shipped
   (model/gguf_blocks.py); tensors in other formats (5-, 6- and 8-bit blocks, which no PyTorch kernel
   takes group-wise) go to per-channel int8 from their dequantized values.

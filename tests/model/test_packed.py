@@ -5,8 +5,10 @@ import torch
 from tiny import randomize_lora, tiny_model
 from torch import nn
 
+from pardec.bench.methods import parse_methods
 from pardec.core.cache import BlockCache
 from pardec.core.step import Block, block_step
+from pardec.decoding import DecodeConfig
 from pardec.errors import PardecError
 from pardec.model import adapters, load_model
 from pardec.model.packed import PLAIN_ROWS, PackedLinear, available
@@ -21,7 +23,7 @@ def test_packed_linear_computes_the_linear_for_every_row_count(bias):
     linear = nn.Linear(64, 48, bias=bias)
     packed = PackedLinear(linear, rows=8)
     with torch.no_grad():
-        for rows in range(1, 13):  # plain (1-2), packed and padded (3-8), plain again (9-12)
+        for rows in range(1, 13):  # plain (1-3), packed and padded (4-8), plain again (9-12)
             x = torch.randn(rows, 64)
             torch.testing.assert_close(packed(x), linear(x), rtol=1e-5, atol=1e-5)
         x = torch.randn(2, 3, 64)  # [B, T, K]: the packed path for 6 rows, back in the input's shape
@@ -43,7 +45,7 @@ def test_the_packed_layout_is_what_few_row_forwards_read(monkeypatch):
     with torch.no_grad():
         for rows in (1, PLAIN_ROWS, PLAIN_ROWS + 1, 8, 9):
             packed(torch.randn(rows, 32))
-    assert calls == [8, 8]  # 3 rows padded to the packed 8, and 8; none for 1, 2 or 9 rows
+    assert calls == [8, 8]  # 4 rows padded to the packed 8, and 8; none for 1, 3 or 9 rows
 
 
 def test_packing_needs_float32_weights_on_the_cpu():
@@ -84,6 +86,10 @@ def test_a_block_step_on_packed_weights_equals_the_plain_models():
 def test_load_model_packs_in_float32_whatever_dtype_is_asked_and_refuses_without_mkl(tiny_dir, monkeypatch):
     lm = load_model(tiny_dir, torch.bfloat16, "none", quant="packed")
     assert isinstance(lm.model.lm_head, PackedLinear) and lm.model.dtype == torch.float32
+    with pytest.raises(PardecError, match="--compile does not take --quant packed"):
+        load_model(tiny_dir, torch.float32, "none", quant="packed", compile=True)
+    with pytest.raises(PardecError, match="--compile does not take --quant packed"):
+        parse_methods("ar,spec@quant=packed@compile=true", DecodeConfig())
     monkeypatch.setattr(torch.backends.mkl, "is_available", lambda: False)
     with pytest.raises(PardecError, match="--quant packed cannot run here: this PyTorch build has no MKL"):
         load_model(tiny_dir, torch.float32, "none", quant="packed")
