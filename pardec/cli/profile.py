@@ -64,7 +64,8 @@ def run(args) -> None:
     held = weight_bytes(lm.model)
     memory = dict(weights_mb=held["kernel"] / 2**20, dense_copies_mb=held["dense"] / 2**20,
                   rss_mb=rss_mb(), peak_rss_mb=peak_rss_mb())  # fmt: skip
-    print(f"memory ({lm.quant}): weights {memory['weights_mb']:.0f} MiB, dense copies for many-token "
+    copies = "MKL-packed copies for few-token" if lm.quant == "packed" else "dense copies for many-token"
+    print(f"memory ({lm.quant}): weights {memory['weights_mb']:.0f} MiB, {copies} "
           f"forwards {memory['dense_copies_mb']:.0f} MiB; resident {memory['rss_mb']:.0f} MiB, "
           f"peak {memory['peak_rss_mb']:.0f} MiB")  # fmt: skip
     if args.out:
