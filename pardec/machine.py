@@ -3,7 +3,9 @@ torch and the GPU. Measured costs (step costs, kernel crossovers) are cached und
 
 from __future__ import annotations
 
+import functools
 import platform
+import time
 from pathlib import Path
 
 import torch
@@ -37,8 +39,47 @@ def native_bf16() -> bool:
     return m["cuda"] is not None or m["amx"] or m["avx512_bf16"]
 
 
+# Where bf16 is emulated, decoding takes float32 when its one-token matmul is at most this much slower
+# than bf16's: its multi-token steps, what spec's speedup rides on, are then far cheaper.
+FLOAT32_AR_MARGIN = 1.15
+
+
+@functools.lru_cache(maxsize=1)
+def one_token_seconds(out_features: int = 4864, in_features: int = 896, layers: int = 8) -> dict:
+    """The least time of one-token matmuls over `layers` distinct weights of a model-like shape (so
+    that they come from memory, as in a forward), in float32 and in bf16: {"float32": s, "bfloat16": s}.
+    A few hundred milliseconds, once per process."""
+    g = torch.Generator().manual_seed(0)
+    out = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        weights = [torch.randn(out_features, in_features, generator=g).to(dtype) for _ in range(layers)]
+        x = torch.randn(1, in_features, generator=g).to(dtype)
+        best = float("inf")
+        for r in range(4):  # a warm-up, then the fastest of three
+            t0 = time.perf_counter()
+            for w in weights:
+                torch.nn.functional.linear(x, w)
+            if r:
+                best = min(best, time.perf_counter() - t0)
+        out[str(dtype).removeprefix("torch.")] = best
+    return out
+
+
+def float32_decodes_as_fast() -> bool:
+    """Whether a one-token float32 matmul is about as fast as an emulated bf16 one here (an AVX-512
+    CPU without bf16 instructions: benchmarks/packed-icelake.md), though it reads twice the bytes."""
+    t = one_token_seconds()
+    return t["float32"] <= FLOAT32_AR_MARGIN * t["bfloat16"]
+
+
 def default_dtype(compute_bound: bool = False) -> torch.dtype:
-    """The dtype "auto" means: bf16 (half the bytes a one-token forward reads), but float32 for
-    compute-bound jobs (training, batched distillation) where bf16 matmuls are emulated, which there
-    run several times faster in float32 (from EMULATED_BF16_LOSES_FROM rows per matmul)."""
-    return torch.float32 if compute_bound and not native_bf16() else torch.bfloat16
+    """The dtype "auto" means: bf16 where bf16 matmuls run on matrix instructions. Where they are
+    emulated, float32 for compute-bound jobs (training, batched distillation), which there run several
+    times faster in float32 (from EMULATED_BF16_LOSES_FROM rows per matmul), and for decoding too
+    where a one-token float32 matmul is about as fast as a bf16 one; else bf16 (half the bytes a
+    one-token forward reads)."""
+    if native_bf16():
+        return torch.bfloat16
+    if compute_bound or float32_decodes_as_fast():
+        return torch.float32
+    return torch.bfloat16

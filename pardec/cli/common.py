@@ -16,10 +16,12 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help=f"Hugging Face id or folder, a .gguf file, or a packaged alias "
                         f"({', '.join(PACKAGED)}); default {DEFAULT_MODEL}")
     p.add_argument("--dtype", choices=DTYPES, default="auto",
-                   help="auto (default): bfloat16, but float32 for training and distillation on a CPU "
-                        "without AMX or AVX-512 bf16, where bf16 matmuls are emulated and those "
-                        "many-token forwards run several times faster in float32; float32 for "
-                        "exactness checks")
+                   help="auto (default): bfloat16 where bf16 matmuls run on matrix instructions (a GPU, "
+                        "AMX or AVX-512 bf16). On other CPUs they are emulated: float32 for training and "
+                        "distillation, whose many-token forwards run several times faster in float32, "
+                        "and for decoding too where a one-token float32 matmul is about as fast as a "
+                        "bf16 one (timed at start; AVX-512 CPUs), so that spec's multi-token steps are "
+                        "far cheaper; float32 for exactness checks")
 # fmt: on
 
 

@@ -452,6 +452,8 @@ def test_dtype_auto_trains_in_float32_only_where_the_machine_emulates_bf16(monke
 
     p = argparse.ArgumentParser()
     common.add_model_args(p)
+    # a CPU whose one-token float32 matmul is twice an emulated bf16 one: decoding stays bf16
+    monkeypatch.setattr(pardec.machine, "one_token_seconds", lambda: {"float32": 2.0, "bfloat16": 1.0})
     for native, want in ((False, torch.float32), (True, torch.bfloat16)):
         flags = dict(amx=native, avx512_bf16=False, cuda=None)
         monkeypatch.setattr(pardec.machine, "machine", lambda f=flags: f)

@@ -236,9 +236,13 @@ def test_dense_copies_are_float32_where_bf16_matmuls_are_emulated(monkeypatch, f
     import pardec.model.quant as quant
 
     monkeypatch.setattr(pardec.machine, "machine", lambda: dict(flags, cuda=None))
-    # --dtype auto: float32 for training where bf16 is emulated; bf16 (half the bytes) to decode
+    # --dtype auto: float32 for training where bf16 is emulated; to decode, bf16 (half the bytes) unless
+    # a one-token float32 matmul is about as fast there
     assert pardec.machine.default_dtype(compute_bound=True) is want
-    assert pardec.machine.default_dtype() is torch.bfloat16
+    for float32_s, decoding in ((2.0, torch.bfloat16), (1.05, want)):
+        times = {"float32": float32_s, "bfloat16": 1.0}
+        monkeypatch.setattr(pardec.machine, "one_token_seconds", lambda times=times: times)
+        assert pardec.machine.default_dtype() is decoding
     assert quant.copies_dtype(torch.bfloat16) is want and quant.copies_dtype(torch.float32) is torch.float32
     torch.manual_seed(0)
     linear = nn.Linear(64, 32, bias=True).bfloat16()
@@ -318,3 +322,11 @@ def test_weight_bytes_counts_a_tied_weight_once():
     head = model.lm_head.weight
     model.lm_head.weight = model.model.embed_tokens.weight  # tied, as SmolLM2's are
     assert weight_bytes(model)["kernel"] == untied - head.numel() * head.element_size()
+
+
+def test_one_token_matmuls_are_timed_in_both_dtypes_once_per_process():
+    import pardec.machine
+
+    times = pardec.machine.one_token_seconds(64, 32, layers=2)
+    assert set(times) == {"float32", "bfloat16"} and all(0 < t < 1 for t in times.values())
+    assert pardec.machine.one_token_seconds(64, 32, layers=2) is times  # cached
