@@ -44,6 +44,19 @@ def native_bf16() -> bool:
 FLOAT32_AR_MARGIN = 1.15
 
 
+def fastest_pass(f, x: torch.Tensor, layers: list, rounds: int = 3) -> float:
+    """Least time of one pass of `f(layer, x)` over `layers`, of `rounds` after a warm-up: other work
+    on the machine only ever adds time."""
+    best = float("inf")
+    for r in range(rounds + 1):
+        t0 = time.perf_counter()
+        for layer in layers:
+            f(layer, x)
+        if r:
+            best = min(best, time.perf_counter() - t0)
+    return best
+
+
 @functools.lru_cache(maxsize=1)
 def one_token_seconds(out_features: int = 4864, in_features: int = 896, layers: int = 8) -> dict:
     """The least time of one-token matmuls over `layers` distinct weights of a model-like shape (so
@@ -54,14 +67,9 @@ def one_token_seconds(out_features: int = 4864, in_features: int = 896, layers: 
     for dtype in (torch.float32, torch.bfloat16):
         weights = [torch.randn(out_features, in_features, generator=g).to(dtype) for _ in range(layers)]
         x = torch.randn(1, in_features, generator=g).to(dtype)
-        best = float("inf")
-        for r in range(4):  # a warm-up, then the fastest of three
-            t0 = time.perf_counter()
-            for w in weights:
-                torch.nn.functional.linear(x, w)
-            if r:
-                best = min(best, time.perf_counter() - t0)
-        out[str(dtype).removeprefix("torch.")] = best
+        out[str(dtype).removeprefix("torch.")] = fastest_pass(
+            lambda w, x: torch.nn.functional.linear(x, w), x, weights
+        )
     return out
 
 

@@ -231,8 +231,8 @@ def load_model(
         raise PardecError(str(e)) from None
     if compile and (refusal := no_compile(kind)):
         raise PardecError(refusal)
-    if kind == "packed" and (why := quantization.packed_available()):
-        raise PardecError(f"--quant packed cannot run here: {why}")
+    if refusal := quantization.unavailable(kind):  # refused before the slow load
+        raise PardecError(refusal)
     gguf = gguf_file(model) if kind == "gguf" else None  # refused before the slow load
     # w8a8 rounds activations to codes, so a verify step must compute each token bit for bit as an AR
     # step does, or a flipped code parts spec from AR: its linears are batch invariant, its attention

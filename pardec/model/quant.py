@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 import warnings
 from collections import defaultdict
 from pathlib import Path
@@ -44,6 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..machine import fastest_pass as _seconds  # tune's timer (a module attribute, so tests can replace it)
 from ..machine import machine, native_bf16
 from .packed import PackedLinear
 from .packed import available as packed_available
@@ -328,6 +328,12 @@ def dequantized(codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor)
     return (grouped * scale[..., None] + minimum[..., None]).reshape(n, k)
 
 
+def unavailable(kind: str) -> str | None:
+    """Why weights of this kind cannot run on this PyTorch build, or None where they can."""
+    why = packed_available() if kind == "packed" else None
+    return None if why is None else f"--quant {kind} cannot run here: {why}"
+
+
 def activation_dtype(kind: str, dtype: torch.dtype) -> torch.dtype:
     """The dtype a model quantized by `kind` runs its activations in: float32 for w8a8 and packed
     (MKL's packed GEMM is float32's), else `dtype`.
@@ -373,8 +379,8 @@ def quantize(model, kind: str, head: bool = True, gguf: Path | None = None, tune
     counts = {"int4": 0, "int8": 0} | ({kind: 0} if kind in ("w8a8", "packed") else {})
     if kind == "none":
         return counts
-    if kind == "packed" and (why := packed_available()):
-        raise ValueError(f"--quant packed cannot run here: {why}")
+    if refusal := unavailable(kind):
+        raise ValueError(refusal)
     shipped = {}
     if kind == "gguf":
         if gguf is None:
@@ -420,18 +426,6 @@ def crossover(tokens: tuple[int, ...], kernel: list[float], dense: list[float]) 
             break
         most = t
     return most
-
-
-def _seconds(f, x: torch.Tensor, layers: list, rounds: int = 3) -> float:
-    """Least time of one pass of `f(layer, x)` over `layers`, of `rounds` after a warm-up."""
-    best = float("inf")
-    for r in range(rounds + 1):
-        t0 = time.perf_counter()
-        for layer in layers:
-            f(layer, x)
-        if r:
-            best = min(best, time.perf_counter() - t0)
-    return best
 
 
 @torch.no_grad()
