@@ -230,6 +230,11 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
                    help="spec, threshold: also look drafts up after each of the chain's first N drafts (as "
                         "if accepted) and feed those that part from the chain as branches, where they pay "
                         f"(--no-adaptive: up to N more); lossless (default {d.lookup_forks}: off)")
+    p.add_argument("--reveal", type=int, default=d.reveal,
+                   help="spec, threshold: N more blocks after the same drafts as the first, each with its "
+                        "first slot holding one of the N likeliest tokens there: where the token committed "
+                        "there is one of them, the next drafts have seen it; fed with every block, not "
+                        f"priced by the schedule; lossless (default {d.reveal}: off)")
     p.add_argument("--datastore", action=argparse.BooleanOptionalAction, default=d.datastore,
                    help="spec, threshold: also look drafts up in the datastore of the model's own answers "
                         "(`pardec datastore`), where the adapter's folder or the packaged model has one; the "
@@ -266,6 +271,7 @@ def decode_config(args):
         lookup=args.lookup,
         datastore=args.datastore,
         lookup_forks=args.lookup_forks,
+        reveal=args.reveal,
         temperature=args.temperature,
         top_p=args.top_p,
         seed=args.seed,

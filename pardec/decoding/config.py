@@ -46,6 +46,10 @@ class DecodeConfig:
     # and feed those that part from the chain as branches (with `adaptive`, where they pay; without
     # it, up to this many besides the other candidate's); 0: only the lookups before the chain
     lookup_forks: int = 0
+    # spec: blocks fed beside the first, after the same drafts, each with its slot 0 revealed as one of
+    # the likeliest tokens there (the previous block's): where the token committed there is one of them,
+    # the next drafts come from that block, having seen the token they follow (0: off)
+    reveal: int = 0
     temperature: float = 0.0  # 0 = greedy
     top_p: float = 1.0
     seed: int | None = None
@@ -78,6 +82,8 @@ class DecodeConfig:
             raise PardecError(f"lookup must be an integer in [0, 64], got {self.lookup}")
         if not isinstance(self.lookup_forks, int) or not 0 <= self.lookup_forks <= 8:
             raise PardecError(f"lookup forks must be an integer in [0, 8], got {self.lookup_forks}")
+        if not isinstance(self.reveal, int) or not 0 <= self.reveal <= 8:
+            raise PardecError(f"reveal must be an integer in [0, 8], got {self.reveal}")
         if not isinstance(self.datastore, bool):
             raise PardecError(f"datastore must be true or false, got {self.datastore!r}")
         if not isinstance(self.adaptive, bool):

@@ -81,11 +81,16 @@ class SpecDrafts(Drafts):
     # With `lookup_forks`: (k, looked-up candidate after the chain's first k drafts) per fork and source
     relooked: list[tuple[int, lookup.Looked]] = field(default_factory=list)
     fed_branches: list[Branch] = field(default_factory=list)  # the looked-up branches this step feeds
+    # With `reveal`: the block's likeliest tokens at each draft position (index i: draft i + 1), and the
+    # tokens this step's revealed blocks hold in their slot 0
+    tops: list[list[int]] | None = None
+    revealed: list[int] = field(default_factory=list)
 
     def clear(self) -> None:
         super().clear()
         self.from_lookup, self.other, self.other_probs = False, None, None
         self.relooked, self.fed_branches = [], []
+        self.tops, self.revealed = None, []
 
 
 def _shared(a: list[int], b: list[int]) -> int:
@@ -272,6 +277,8 @@ class Speculative(Verifier):
         st.predicted = st.reach
         if self.calibration is not None and st.reach is not None:
             st.predicted = self.calibration.reach(st.reach)
+        if self.cfg.reveal:
+            st.tops = logits.topk(min(self.cfg.reveal, logits.shape[-1]), -1).indices.tolist()
         if self.cfg.tree and st.tokens:
             # Each draft's next choices: the block's most likely tokens other than the draft itself.
             probs = logits[: len(st.tokens)].float().softmax(-1)  # [m, V]
@@ -411,7 +418,7 @@ class Speculative(Verifier):
         expected = 1.0 + sum(reach) + have_gain
         context, slots = len(row.committed), 0 if self.plain(row) else self.width
         seconds = lambda n: schedule.step_seconds(self.cost, n, context, slots, st.plan.others)  # noqa: E731
-        base = 1 + m + have_tokens
+        base = 1 + m + have_tokens + (0 if self.plain(row) else self.cfg.reveal * self.width)
         return (expected + gain) / seconds(base + tokens) > expected / seconds(base)
 
     def looked_branches(self, row) -> list[Branch]:
@@ -494,6 +501,10 @@ class Speculative(Verifier):
         m = len(st.tokens)
         masks = [self.mask_id] * self.width
         out = [] if self.plain(row) else [Block(m - n, masks) for n in self.block_lengths(row)]
+        if out and self.cfg.reveal:
+            L = self.block_lengths(row)[0]
+            st.revealed = self.reveal_tokens(row, L)
+            out += [Block(m - L, [c] + masks[1:]) for c in st.revealed]
         if st.fork is not None:  # branches start where their fork's draft sits, padded to one length
             width = self.branch_width
             out += [
@@ -501,6 +512,17 @@ class Speculative(Verifier):
                 for f, b in zip(self.forks(row), self.branches(row))
             ]
         return out or None  # None: a plain AR step
+
+    def reveal_tokens(self, row, L: int) -> list[int]:
+        """The `reveal` tokens the revealed blocks after L drafts hold in slot 0: the block's likeliest
+        at draft position L + 1, [MASK] (never committed) where it had fewer."""
+        st: SpecDrafts = row.state
+        tops = st.tops[L] if st.tops is not None and L < len(st.tops) else []
+        return tops[: self.cfg.reveal] + [self.mask_id] * (self.cfg.reveal - len(tops))
+
+    def n_blocks(self, row) -> int:
+        """[MASK] blocks (the ones after 0, 1, ... drafts, then the revealed ones) a row's step feeds."""
+        return 0 if self.plain(row) else len(self.block_lengths(row)) + self.cfg.reveal
 
     def _verify_tree(self, row, ntp, block) -> tuple[int, list[int], int]:
         """(chain drafts accepted, tokens to commit, drafts the committed path accepted)."""
@@ -512,7 +534,7 @@ class Speculative(Verifier):
         if st.fork is None:
             n, commit = self.verify(row, ntp)
             return n, commit, n
-        start = 0 if self.plain(row) else len(self.block_lengths(row)) * self.width
+        start = self.n_blocks(row) * self.width
         width = self.branch_width
         branches = self.branches(row)
         logits = [block[start + k * width : start + k * width + len(b)] for k, b in enumerate(branches)]
@@ -532,6 +554,8 @@ class Speculative(Verifier):
         st: SpecDrafts = row.state
         predicted, fed, fork = st.predicted, len(st.tokens), st.fork
         extra = 0 if fork is None else self.branch_tokens(row)
+        if not self.plain(row):
+            extra += self.cfg.reveal * self.width  # the revealed blocks' slots
         n, commit, path = self._verify_tree(row, ntp, block)
         for cand in st.looked:
             cand.record(commit)
@@ -546,16 +570,12 @@ class Speculative(Verifier):
             schedule.record(st.plan, predicted, fed, n, None, committed=len(commit))
             st.clear()
             return Update(commit=commit, keep_drafts=n, predicted=shown)
-        lengths = self.block_lengths(row)
-        # A block's drafts hold if it saw only committed text: after a taken branch, only the drafts
-        # before its fork were (n, the chain drafts accepted).
-        L = max((x for x in lengths if x <= n), default=None)
+        L, k = self.drafting_block(row, n, commit)
         D = self.width
         # Slot j of the block after L drafts sits where draft L + 1 + j did; the bonus sits at draft
         # position path + 1, so the slots after path - L are the next drafts.
         first = 1 + path - L if L is not None else D
         if first < D:
-            k = lengths.index(L)
             commit = commit + self.next_drafts(row, block[k * D : (k + 1) * D], first, commit[L:])
         else:
             # No block was fed early enough: the next forward drafts afresh.
@@ -567,6 +587,22 @@ class Speculative(Verifier):
             )
             schedule.record(st.plan, predicted, fed, n, seconds, committed=len(commit))
         return Update(commit=commit, keep_drafts=n, predicted=shown)
+
+    def drafting_block(self, row, n: int, commit: list[int]) -> tuple[int | None, int | None]:
+        """(L, k): the fed block that drafts next, the k-th, after L drafts; (None, None) if none can.
+        A block's drafts hold if it saw only committed text: after a taken branch, only the drafts before
+        its fork were (n, the chain drafts accepted). Of those, the block after the most drafts, or a
+        revealed block after as many whose slot 0 holds the token committed there (it saw one more)."""
+        st: SpecDrafts = row.state
+        lengths = self.block_lengths(row)
+        L = max((x for x in lengths if x <= n), default=None)
+        k = None if L is None else lengths.index(L)
+        R = lengths[0]
+        if st.revealed and R <= n and (L is None or L <= R):
+            hit = [j for j, c in enumerate(st.revealed) if c == commit[R]]
+            if hit:
+                return R, len(lengths) + hit[0]
+        return L, k
 
     def next_drafts(self, row, slots: torch.Tensor, first: int, text: list[int]) -> list[int]:
         """The next drafts from a block's slots [D, V], of which `first` on follow the committed text;

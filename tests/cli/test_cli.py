@@ -93,6 +93,7 @@ def test_a_method_that_commits_unverified_drafts_needs_an_adapter(tiny_dir, meth
         (["--block-at", "-1"], "block_at must be an integer >= 0"),
         (["--block-reach", "1.5"], "block reach must lie in [0, 1]"),
         (["--min-block-size", "1"], "min block size must be an integer >= 2"),
+        (["--reveal", "9"], "reveal must be an integer in [0, 8]"),
     ],
 )
 def test_bad_parameters_give_one_line_errors(tiny_dir, capsys, args, message):
