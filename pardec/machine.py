@@ -4,11 +4,22 @@ torch and the GPU. Measured costs (step costs, kernel crossovers) are cached und
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
+import os
 import platform
 import time
 from pathlib import Path
 
 import torch
+
+
+def cache_dir() -> Path:
+    """Where converted models and what was measured on this machine live; PARDEC_CACHE overrides."""
+    root = os.environ.get("PARDEC_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "pardec"
+    )
+    return Path(root)
 
 
 def machine() -> dict:
@@ -61,7 +72,27 @@ def fastest_pass(f, x: torch.Tensor, layers: list, rounds: int = 3) -> float:
 def one_token_seconds(out_features: int = 4864, in_features: int = 896, layers: int = 8) -> dict:
     """The least time of one-token matmuls over `layers` distinct weights of a model-like shape (so
     that they come from memory, as in a forward), in float32 and in bf16: {"float32": s, "bfloat16": s}.
-    A few hundred milliseconds, once per process."""
+    A few hundred milliseconds, once per machine: kept in the cache folder and read back, so that
+    `--dtype auto` makes the same choice on every run here rather than one timing's."""
+    key = dict(machine(), shape=[out_features, in_features, layers])
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    path = cache_dir() / "dtype" / f"{digest}.json"
+    try:
+        times = json.loads(path.read_text())["seconds"]
+        if set(times) == {"float32", "bfloat16"} and all(float(t) > 0 for t in times.values()):
+            return {k: float(t) for k, t in times.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass  # none yet, or unreadable: timed again
+    times = _time_one_token(out_features, in_features, layers)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(dict(key=key, seconds=times), indent=1) + "\n")
+    except OSError:
+        pass  # a read-only cache: timed once per process instead
+    return times
+
+
+def _time_one_token(out_features: int, in_features: int, layers: int) -> dict:
     g = torch.Generator().manual_seed(0)
     out = {}
     for dtype in (torch.float32, torch.bfloat16):

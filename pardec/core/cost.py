@@ -246,7 +246,7 @@ def code_digest() -> str:
 def for_model(lm, block_size: int, refresh: bool = False) -> StepCost:
     """The step cost of a LoadedModel (as loaded: its adapter, dtype and device) on this machine and
     this code, cached under the pardec cache folder."""
-    from ..model.loading import cache_dir
+    from ..machine import cache_dir
 
     model = lm.model
     key = dict(model=lm.name, adapter=str(lm.adapter), dtype=str(model.dtype), device=str(model.device),

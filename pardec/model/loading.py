@@ -8,7 +8,6 @@ read that folder, which is fast and avoids the several-times-the-file memory pea
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import sys
 from dataclasses import dataclass
@@ -19,19 +18,12 @@ from typing import Any
 import torch
 
 from ..errors import PardecError
+from ..machine import cache_dir
 from . import calibration, chat, checkpoint, datastore, invariant_attention
 from . import quant as quantization
 from .compiled import CompiledSteps
 from .packaged import DEFAULT_MODEL, PACKAGED, assemble_gguf
 from .surgery import add_mask_token
-
-
-def cache_dir() -> Path:
-    """Where converted models live; PARDEC_CACHE overrides."""
-    root = os.environ.get("PARDEC_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "pardec"
-    )
-    return Path(root)
 
 
 def _convert_gguf(gguf: Path, dest: Path) -> None:

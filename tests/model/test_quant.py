@@ -324,9 +324,23 @@ def test_weight_bytes_counts_a_tied_weight_once():
     assert weight_bytes(model)["kernel"] == untied - head.numel() * head.element_size()
 
 
-def test_one_token_matmuls_are_timed_in_both_dtypes_once_per_process():
+def test_one_token_matmuls_are_timed_in_both_dtypes_once_per_machine(tmp_path, monkeypatch):
     import pardec.machine
 
+    monkeypatch.setenv("PARDEC_CACHE", str(tmp_path))
+    pardec.machine.one_token_seconds.cache_clear()
     times = pardec.machine.one_token_seconds(64, 32, layers=2)
     assert set(times) == {"float32", "bfloat16"} and all(0 < t < 1 for t in times.values())
-    assert pardec.machine.one_token_seconds(64, 32, layers=2) is times  # cached
+    assert pardec.machine.one_token_seconds(64, 32, layers=2) is times  # cached in the process
+    [kept] = (tmp_path / "dtype").iterdir()
+    # A later process reads the machine's timing back instead of timing again (the same choice each run)
+    pardec.machine.one_token_seconds.cache_clear()
+    monkeypatch.setattr(pardec.machine, "_time_one_token", lambda *a: pytest.fail("timed again"))
+    assert pardec.machine.one_token_seconds(64, 32, layers=2) == times
+    # An unreadable file is timed again and replaced
+    kept.write_text("{not json")
+    pardec.machine.one_token_seconds.cache_clear()
+    monkeypatch.setattr(pardec.machine, "_time_one_token", lambda *a: {"float32": 2.0, "bfloat16": 1.0})
+    assert pardec.machine.one_token_seconds(64, 32, layers=2) == {"float32": 2.0, "bfloat16": 1.0}
+    assert json.loads(kept.read_text())["seconds"] == {"float32": 2.0, "bfloat16": 1.0}
+    pardec.machine.one_token_seconds.cache_clear()

@@ -1,0 +1,126 @@
+"""How well a block drafts when it has seen the bonus token, against today's block that has not.
+
+For positions t of recorded greedy answers (`pardec bench` samples: prompt + the `ar` answer x), three
+blocks of D slots are fed beside the clean text, all in one forward (each sees only its own prefix):
+  hidden:   after x[:t], every slot [MASK] (what spec feeds: the bonus x[t] is not known yet);
+  revealed: after x[:t], slot 0 holding x[t] (spec --reveal, where x[t] was among the candidates);
+  clean:    after x[:t + 1], every slot [MASK] (x[t] fed as text: the best a block can know).
+Each block's drafts for x[t + 1 :] are accepted while they equal the answer: the mean run is what the
+next step would accept after the bonus. Also: how often the block before (after x[:t - 1]) has x[t]
+among its k likeliest tokens at that position (how often a revealed block would hold the bonus).
+
+    python scripts/reveal_probe.py --samples benchmarks/amx-forks/mtbench80/samples.jsonl \\
+        --task mtbench:0-79 --items 16 --positions 24
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+
+import torch
+
+from pardec.core.masks import CLEAN, additive, block_attention
+from pardec.model.adapters import gated
+
+KINDS = ("hidden", "revealed", "clean")
+TOPS = (1, 2, 4, 8)
+
+
+@torch.no_grad()
+def block_logits(
+    model, mask_id: int, text: list[int], blocks: list[tuple[int, list[int]]]
+) -> list[torch.Tensor]:
+    """Logits [D, V] of each block (start position, slot tokens) fed after text[:start], all in one
+    forward beside the clean text."""
+    ids, pos, blk, start = list(text), list(range(len(text))), [CLEAN] * len(text), [0] * len(text)
+    offsets = []
+    for b, (s, slots) in enumerate(blocks):
+        offsets.append(len(ids))
+        ids += slots
+        pos += range(s, s + len(slots))
+        blk += [b] * len(slots)
+        start += [s] * len(slots)
+    ids_t, pos_t, blk_t, st_t = (torch.tensor([v]) for v in (ids, pos, blk, start))  # each [1, Q]
+    allowed = block_attention(pos_t, blk_t, st_t, pos_t, blk_t, torch.ones_like(ids_t, dtype=torch.bool))
+    with gated(model, ids_t == mask_id):
+        out = model(input_ids=ids_t, attention_mask=additive(allowed, model.dtype), position_ids=pos_t)
+    logits = out.logits[0].float()  # [Q, V]
+    logits[:, mask_id] = float("-inf")
+    return [logits[o : o + len(slots)] for o, (_, slots) in zip(offsets, blocks)]
+
+
+def run_length(drafts: list[int], truth: list[int]) -> int:
+    """Drafts accepted in a row against the answer's tokens."""
+    n = 0
+    while n < min(len(drafts), len(truth)) and drafts[n] == truth[n]:
+        n += 1
+    return n
+
+
+def probe(model, mask_id: int, x: list[int], positions: list[int], D: int = 8) -> dict:
+    """Per kind, the runs accepted after the bonus x[t]; per k, whether the block before held x[t]
+    among its k likeliest."""
+    blocks = []
+    for t in positions:
+        blocks += [(t, [mask_id] * D), (t, [x[t]] + [mask_id] * (D - 1)), (t + 1, [mask_id] * D)]
+        blocks.append((t - 1, [mask_id] * D))  # the block before: its slot 1 drafted position t
+    logits = block_logits(model, mask_id, x, blocks)
+    runs = {k: [] for k in KINDS}
+    held = {k: [] for k in TOPS}
+    for i, t in enumerate(positions):
+        hidden, revealed, clean, before = logits[4 * i : 4 * i + 4]
+        truth = x[t + 1 : t + D]
+        runs["hidden"].append(run_length(hidden[1:].argmax(-1).tolist(), truth))
+        runs["revealed"].append(run_length(revealed[1:].argmax(-1).tolist(), truth))
+        runs["clean"].append(run_length(clean[:-1].argmax(-1).tolist(), truth))
+        top = before[1].topk(max(TOPS)).indices.tolist()
+        for k in TOPS:
+            held[k].append(x[t] in top[:k])
+    return {"runs": runs, "held": held}
+
+
+def main() -> None:
+    from pardec.model.loading import load_model
+    from pardec.tasks import load_tasks
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--samples", required=True, help="a `pardec bench` samples.jsonl with `ar` answers")
+    p.add_argument("--task", required=True, help="the bench's --task (to rebuild the prompts)")
+    p.add_argument("--items", type=int, default=16, help="answers probed (the first ones)")
+    p.add_argument("--positions", type=int, default=24, help="random positions per answer")
+    p.add_argument("--block-size", type=int, default=8)
+    p.add_argument("--model", default="qwen2.5-coder-0.5b")
+    p.add_argument("--out", help="also write the figures as JSON here")
+    args = p.parse_args()
+    lm = load_model(args.model, dtype=torch.bfloat16)
+    items = {it.id: it for it in load_tasks(args.task)}
+    records = [json.loads(line) for line in open(args.samples)]
+    records = [r for r in records if r["method"] == "ar" and r["id"] in items][: args.items]
+    rng = random.Random(0)
+    D = args.block_size
+    total = {"runs": {k: [] for k in KINDS}, "held": {k: [] for k in TOPS}}
+    for r in records:
+        prompt = lm.encode(items[r["id"]].prompt, True)
+        x = prompt + r["tokens"]
+        span = range(len(prompt) + 2, len(x) - D - 1)
+        got = probe(lm.model, lm.mask_id, x, sorted(rng.sample(span, min(args.positions, len(span)))), D)
+        for part in total:
+            for k in total[part]:
+                total[part][k] += got[part][k]
+    summary = {
+        "answers": len(records),
+        "positions": len(total["runs"]["hidden"]),
+        "mean_run": {k: sum(v) / len(v) for k, v in total["runs"].items()},
+        "first_draft_right": {k: sum(n > 0 for n in v) / len(v) for k, v in total["runs"].items()},
+        "bonus_in_top_k_before": {k: sum(v) / len(v) for k, v in total["held"].items()},
+    }
+    print(json.dumps(summary, indent=1))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"command": vars(args), **summary}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,30 @@
+"""scripts/reveal_probe.py: blocks packed into one forward beside the text each see only their own
+prefix, so their logits are those of the block fed alone after it."""
+
+import torch
+from scripts_dir import load_script
+from tiny import tiny_model
+
+
+def test_packed_blocks_see_only_their_own_prefix():
+    rp = load_script("reveal_probe")
+    model, mask_id = tiny_model("qwen2")
+    x = torch.randint(0, mask_id, (30,), generator=torch.Generator().manual_seed(0)).tolist()
+    blocks = [(10, [mask_id] * 4), (10, [x[10]] + [mask_id] * 3), (11, [mask_id] * 4), (25, [mask_id] * 4)]
+    packed = rp.block_logits(model, mask_id, x, blocks)
+    for (start, slots), got in zip(blocks, packed):
+        alone = rp.block_logits(model, mask_id, x[:start], [(start, slots)])[0]
+        torch.testing.assert_close(got, alone, rtol=1e-4, atol=1e-4)
+    # The revealed block's masks saw x[10]; the hidden one's did not
+    assert not torch.allclose(packed[0][1:], packed[1][1:])
+
+
+def test_probe_counts_runs_and_whether_the_bonus_was_held():
+    rp = load_script("reveal_probe")
+    assert rp.run_length([1, 2, 3], [1, 2, 4, 5]) == 2 and rp.run_length([], [1]) == 0
+    model, mask_id = tiny_model("llama")
+    x = torch.randint(0, mask_id, (40,), generator=torch.Generator().manual_seed(1)).tolist()
+    got = rp.probe(model, mask_id, x, [5, 12, 20], D=4)
+    assert all(len(v) == 3 and all(0 <= n <= 3 for n in v) for v in got["runs"].values())
+    held = [sum(got["held"][k]) for k in rp.TOPS]
+    assert held == sorted(held)  # more of the likeliest tokens hold the bonus at least as often
