@@ -29,6 +29,11 @@ at that fork, which continues the chain's accepted drafts where the chain's own 
 branch is priced like the other candidate, and the ones that pay are fed, likeliest first.
 Either way the target verifies every token.
 
+With `reveal`, more blocks sit after the same drafts as the first block, each with its slot 0 holding
+one of the previous block's likeliest tokens there instead of [MASK]: the first block cannot know the
+bonus (this forward computes it), so its first draft after it guesses two tokens ahead. Where the
+token committed there is one of the revealed ones, that block, whose drafts saw it, drafts next.
+
 With `adaptive`, how many drafts each step feeds, and whether it is a plain AR step instead (which
 may still verify looked-up drafts, at no adapter's cost: also chosen where a looked-up chain commits
 more per second fed alone than with a block, as where a quantized kernel makes each token fed dear;
