@@ -31,7 +31,7 @@ def recorded(self, row, n, commit):
     st, lengths = row.state, self.block_lengths(row)
     R = lengths[0]
     revealed = k is not None and k >= len(lengths)
-    held = R <= n and commit[R] in st.revealed
+    held = R <= n and commit[R] in self.reveal_tokens(row, R)
     log.append(dict(n=n, path=len(commit) - 1, R=R, revealed=revealed, held=held, reached=R <= n,
                     lookup=st.from_lookup))  # fmt: skip
     return L, k

@@ -86,16 +86,14 @@ class SpecDrafts(Drafts):
     # With `lookup_forks`: (k, looked-up candidate after the chain's first k drafts) per fork and source
     relooked: list[tuple[int, lookup.Looked]] = field(default_factory=list)
     fed_branches: list[Branch] = field(default_factory=list)  # the looked-up branches this step feeds
-    # With `reveal`: the block's likeliest tokens at each draft position (index i: draft i + 1), and the
-    # tokens this step's revealed blocks hold in their slot 0
+    # With `reveal`: the block's likeliest tokens at each draft position (index i: draft i + 1)
     tops: list[list[int]] | None = None
-    revealed: list[int] = field(default_factory=list)
 
     def clear(self) -> None:
         super().clear()
         self.from_lookup, self.other, self.other_probs = False, None, None
         self.relooked, self.fed_branches = [], []
-        self.tops, self.revealed = None, []
+        self.tops = None
 
 
 def _shared(a: list[int], b: list[int]) -> int:
@@ -423,7 +421,7 @@ class Speculative(Verifier):
         expected = 1.0 + sum(reach) + have_gain
         context, slots = len(row.committed), 0 if self.plain(row) else self.width
         seconds = lambda n: schedule.step_seconds(self.cost, n, context, slots, st.plan.others)  # noqa: E731
-        base = 1 + m + have_tokens + (0 if self.plain(row) else self.cfg.reveal * self.width)
+        base = 1 + m + have_tokens + self.revealed_slots(row)
         return (expected + gain) / seconds(base + tokens) > expected / seconds(base)
 
     def looked_branches(self, row) -> list[Branch]:
@@ -505,11 +503,11 @@ class Speculative(Verifier):
         st: SpecDrafts = row.state
         m = len(st.tokens)
         masks = [self.mask_id] * self.width
-        out = [] if self.plain(row) else [Block(m - n, masks) for n in self.block_lengths(row)]
-        if out and self.cfg.reveal:
-            L = self.block_lengths(row)[0]
-            st.revealed = self.reveal_tokens(row, L)
-            out += [Block(m - L, [c] + masks[1:]) for c in st.revealed]
+        out = []
+        if not self.plain(row):
+            lengths = self.block_lengths(row)
+            out = [Block(m - n, masks) for n in lengths]
+            out += [Block(m - lengths[0], [c] + masks[1:]) for c in self.reveal_tokens(row, lengths[0])]
         if st.fork is not None:  # branches start where their fork's draft sits, padded to one length
             width = self.branch_width
             out += [
@@ -528,6 +526,10 @@ class Speculative(Verifier):
     def n_blocks(self, row) -> int:
         """[MASK] blocks (the ones after 0, 1, ... drafts, then the revealed ones) a row's step feeds."""
         return 0 if self.plain(row) else len(self.block_lengths(row)) + self.cfg.reveal
+
+    def revealed_slots(self, row) -> int:
+        """Slots the row's revealed blocks feed this step."""
+        return 0 if self.plain(row) else self.cfg.reveal * self.width
 
     def _verify_tree(self, row, ntp, block) -> tuple[int, list[int], int]:
         """(chain drafts accepted, tokens to commit, drafts the committed path accepted)."""
@@ -558,9 +560,7 @@ class Speculative(Verifier):
     def update(self, row, ntp, block):
         st: SpecDrafts = row.state
         predicted, fed, fork = st.predicted, len(st.tokens), st.fork
-        extra = 0 if fork is None else self.branch_tokens(row)
-        if not self.plain(row):
-            extra += self.cfg.reveal * self.width  # the revealed blocks' slots
+        extra = (0 if fork is None else self.branch_tokens(row)) + self.revealed_slots(row)
         n, commit, path = self._verify_tree(row, ntp, block)
         for cand in st.looked:
             cand.record(commit)
@@ -598,13 +598,12 @@ class Speculative(Verifier):
         A block's drafts hold if it saw only committed text: after a taken branch, only the drafts before
         its fork were (n, the chain drafts accepted). Of those, the block after the most drafts, or a
         revealed block after as many whose slot 0 holds the token committed there (it saw one more)."""
-        st: SpecDrafts = row.state
         lengths = self.block_lengths(row)
         L = max((x for x in lengths if x <= n), default=None)
         k = None if L is None else lengths.index(L)
         R = lengths[0]
-        if st.revealed and R <= n and (L is None or L <= R):
-            hit = [j for j, c in enumerate(st.revealed) if c == commit[R]]
+        if R <= n and (L is None or L <= R):
+            hit = [j for j, c in enumerate(self.reveal_tokens(row, R)) if c == commit[R]]
             if hit:
                 return R, len(lengths) + hit[0]
         return L, k

@@ -5,7 +5,7 @@ for token (fp32), sampling stays in distribution."""
 
 import pytest
 from test_decoding import PROMPTS, run, use_policy
-from test_sampling import PROMPT, T, chi2_pvalue, exact_joint, small_vocab_model  # noqa: F401  (a fixture)
+from test_sampling import chi2_pvalue, exact_joint, sample_counts, small_vocab_model  # noqa: F401  (a fixture)
 from test_schedule import FLAT, STEEP
 from tiny import tiny_model
 
@@ -99,12 +99,8 @@ def test_spec_with_revealed_blocks_samples_the_target_distribution(small_vocab_m
     model, mask_id = small_vocab_model
     used = count_revealed(monkeypatch)
     n = 3000
-    config = DecodeConfig(method="spec", block_size=3, adaptive=False, reveal=3, temperature=1.0, seed=7,
-                          max_new_tokens=T)  # fmt: skip
-    outs = decode(model, [PROMPT] * n, config, mask_id)
-    counts = {}
-    for o in outs:
-        counts[tuple(o.tokens)] = counts.get(tuple(o.tokens), 0) + 1
+    counts, _ = sample_counts(model, mask_id, n, method="spec", block_size=3, adaptive=False, reveal=3,
+                              temperature=1.0, seed=7)  # fmt: skip
     assert chi2_pvalue(counts, exact_joint(model, 1.0, 1.0), n) > 1e-3
     assert sum(used) > 0.2 * len(used)  # revealed blocks drafted, not only fed
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 from test_decoding import PROMPTS, run, use_policy
-from test_sampling import PROMPT, T, chi2_pvalue, exact_joint, small_vocab_model  # noqa: F401  (a fixture)
+from test_sampling import chi2_pvalue, exact_joint, sample_counts, small_vocab_model  # noqa: F401  (a fixture)
 from test_schedule import FLAT, STEEP
 from tiny import tiny_model
 
@@ -196,11 +196,7 @@ def test_tree_spec_samples_the_target_distribution(small_vocab_model, monkeypatc
     model, mask_id = small_vocab_model
     taken = count_branches(monkeypatch)
     n = 3000
-    config = DecodeConfig(method="spec", block_size=3, adaptive=False, tree=2, tree_depth=1, temperature=1.0,
-                          seed=5, max_new_tokens=T)  # fmt: skip
-    outs = decode(model, [PROMPT] * n, config, mask_id)
-    counts = {}
-    for o in outs:
-        counts[tuple(o.tokens)] = counts.get(tuple(o.tokens), 0) + 1
+    counts, _ = sample_counts(model, mask_id, n, method="spec", block_size=3, adaptive=False, tree=2,
+                              tree_depth=1, temperature=1.0, seed=5)  # fmt: skip
     assert chi2_pvalue(counts, exact_joint(model, 1.0, 1.0), n) > 1e-3
     assert sum(taken) > 0.05 * len(taken)  # branches were taken, not only fed
