@@ -7,7 +7,10 @@ blocks of D slots are fed beside the clean text, all in one forward (each sees o
   clean:    after x[:t + 1], every slot [MASK] (x[t] fed as text: the best a block can know).
 Each block's drafts for x[t + 1 :] are accepted while they equal the answer: the mean run is what the
 next step would accept after the bonus. Also: how often the block before (after x[:t - 1]) has x[t]
-among its k likeliest tokens at that position (how often a revealed block would hold the bonus).
+among its k likeliest tokens at that position (how often a revealed block would hold the bonus), and
+how often the hidden block's slot 0 holds x[t] itself, with its first draft's accuracy where it does
+(a block right about the bonus that still drafts after it worse than one that saw it: the slots'
+conditional independence, not the bonus being unknown).
 
     python scripts/reveal_probe.py --samples benchmarks/amx-forks/mtbench80/samples.jsonl \\
         --task mtbench:0-79 --items 16 --positions 24
@@ -61,7 +64,7 @@ def run_length(drafts: list[int], truth: list[int]) -> int:
 
 def probe(model, mask_id: int, x: list[int], positions: list[int], D: int = 8) -> dict:
     """Per kind, the runs accepted after the bonus x[t]; per k, whether the block before held x[t]
-    among its k likeliest."""
+    among its k likeliest; whether the hidden block's slot 0 held x[t] as its likeliest."""
     blocks = []
     for t in positions:
         blocks += [(t, [mask_id] * D), (t, [x[t]] + [mask_id] * (D - 1)), (t + 1, [mask_id] * D)]
@@ -69,16 +72,18 @@ def probe(model, mask_id: int, x: list[int], positions: list[int], D: int = 8) -
     logits = block_logits(model, mask_id, x, blocks)
     runs = {k: [] for k in KINDS}
     held = {k: [] for k in TOPS}
+    slot0 = []
     for i, t in enumerate(positions):
         hidden, revealed, clean, before = logits[4 * i : 4 * i + 4]
         truth = x[t + 1 : t + D]
         runs["hidden"].append(run_length(hidden[1:].argmax(-1).tolist(), truth))
+        slot0.append(hidden[0].argmax().item() == x[t])
         runs["revealed"].append(run_length(revealed[1:].argmax(-1).tolist(), truth))
         runs["clean"].append(run_length(clean[:-1].argmax(-1).tolist(), truth))
         top = before[1].topk(max(TOPS)).indices.tolist()
         for k in TOPS:
             held[k].append(x[t] in top[:k])
-    return {"runs": runs, "held": held}
+    return {"runs": runs, "held": held, "slot0": slot0}
 
 
 def main() -> None:
@@ -101,6 +106,7 @@ def main() -> None:
     rng = random.Random(0)
     D = args.block_size
     total = {"runs": {k: [] for k in KINDS}, "held": {k: [] for k in TOPS}}
+    slot0 = []
     for r in records:
         prompt = lm.encode(items[r["id"]].prompt, True)
         x = prompt + r["tokens"]
@@ -109,12 +115,17 @@ def main() -> None:
         for part in total:
             for k in total[part]:
                 total[part][k] += got[part][k]
+        slot0 += got["slot0"]
+    right = [n > 0 for n in total["runs"]["hidden"]]
+    where = [r for r, s0 in zip(right, slot0) if s0]
     summary = {
         "answers": len(records),
         "positions": len(total["runs"]["hidden"]),
         "mean_run": {k: sum(v) / len(v) for k, v in total["runs"].items()},
         "first_draft_right": {k: sum(n > 0 for n in v) / len(v) for k, v in total["runs"].items()},
         "bonus_in_top_k_before": {k: sum(v) / len(v) for k, v in total["held"].items()},
+        "hidden_slot0_right": sum(slot0) / len(slot0),
+        "hidden_first_draft_right_where_slot0_right": sum(where) / max(len(where), 1),
     }
     print(json.dumps(summary, indent=1))
     if args.out:

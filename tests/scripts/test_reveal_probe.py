@@ -28,3 +28,19 @@ def test_probe_counts_runs_and_whether_the_bonus_was_held():
     assert all(len(v) == 3 and all(0 <= n <= 3 for n in v) for v in got["runs"].values())
     held = [sum(got["held"][k]) for k in rp.TOPS]
     assert held == sorted(held)  # more of the likeliest tokens hold the bonus at least as often
+    assert len(got["slot0"]) == 3 and all(isinstance(v, bool) for v in got["slot0"])
+
+
+def test_slot0_records_whether_the_hidden_block_held_the_bonus():
+    rp = load_script("reveal_probe")
+    model, mask_id = tiny_model("qwen2")
+    x = torch.randint(0, mask_id, (40,), generator=torch.Generator().manual_seed(2)).tolist()
+    positions = [6, 14, 22, 30]
+    got = rp.probe(model, mask_id, x, positions, D=4)
+    hidden = rp.block_logits(model, mask_id, x, [(t, [mask_id] * 4) for t in positions])
+    assert got["slot0"] == [h[0].argmax().item() == x[t] for h, t in zip(hidden, positions)]
+    # Put the tiny model's own slot-0 guess at one position: that position must then count as held
+    t = positions[1]
+    guess = hidden[1][0].argmax().item()
+    y = x[:t] + [guess] + x[t + 1 :]
+    assert rp.probe(model, mask_id, y, [t], D=4)["slot0"] == [True]
