@@ -86,9 +86,28 @@ def probe(model, mask_id: int, x: list[int], positions: list[int], D: int = 8) -
     return {"runs": runs, "held": held, "slot0": slot0}
 
 
+def probe_texts(
+    lm, samples: str, task: str, items: int, positions: int, D: int
+) -> list[tuple[list[int], list[int]]]:
+    """(prompt + answer ids, positions t) of the first `items` `ar` answers of a `pardec bench` samples
+    file: up to `positions` random answer positions each (seed 0), with a token of answer before t - 1
+    and D after t + 1. The offline checks in benchmarks/ probe the same positions through this."""
+    from pardec.tasks import load_tasks
+
+    by_id = {it.id: it for it in load_tasks(task)}
+    records = [json.loads(line) for line in open(samples)]
+    records = [r for r in records if r["method"] == "ar" and r["id"] in by_id][:items]
+    rng, out = random.Random(0), []
+    for r in records:
+        prompt = lm.encode(by_id[r["id"]].prompt, True)
+        x = prompt + r["tokens"]
+        span = range(len(prompt) + 2, len(x) - D - 1)
+        out.append((x, sorted(rng.sample(span, min(positions, len(span))))))
+    return out
+
+
 def main() -> None:
     from pardec.model.loading import load_model
-    from pardec.tasks import load_tasks
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--samples", required=True, help="a `pardec bench` samples.jsonl with `ar` answers")
@@ -100,18 +119,11 @@ def main() -> None:
     p.add_argument("--out", help="also write the figures as JSON here")
     args = p.parse_args()
     lm = load_model(args.model, dtype=torch.bfloat16)
-    items = {it.id: it for it in load_tasks(args.task)}
-    records = [json.loads(line) for line in open(args.samples)]
-    records = [r for r in records if r["method"] == "ar" and r["id"] in items][: args.items]
-    rng = random.Random(0)
-    D = args.block_size
+    texts = probe_texts(lm, args.samples, args.task, args.items, args.positions, args.block_size)
     total = {"runs": {k: [] for k in KINDS}, "held": {k: [] for k in TOPS}}
     slot0 = []
-    for r in records:
-        prompt = lm.encode(items[r["id"]].prompt, True)
-        x = prompt + r["tokens"]
-        span = range(len(prompt) + 2, len(x) - D - 1)
-        got = probe(lm.model, lm.mask_id, x, sorted(rng.sample(span, min(args.positions, len(span)))), D)
+    for x, positions in texts:
+        got = probe(lm.model, lm.mask_id, x, positions, args.block_size)
         for part in total:
             for k in total[part]:
                 total[part][k] += got[part][k]
@@ -119,7 +131,7 @@ def main() -> None:
     right = [n > 0 for n in total["runs"]["hidden"]]
     where = [r for r, s0 in zip(right, slot0) if s0]
     summary = {
-        "answers": len(records),
+        "answers": len(texts),
         "positions": len(total["runs"]["hidden"]),
         "mean_run": {k: sum(v) / len(v) for k, v in total["runs"].items()},
         "first_draft_right": {k: sum(n > 0 for n in v) / len(v) for k, v in total["runs"].items()},

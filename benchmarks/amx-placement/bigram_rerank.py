@@ -10,8 +10,6 @@ against the block alone (base), the block after the bonus (clean), and the bigra
 "gated" re-ranks only where the block's slot 0 did not hold the bonus.
 """
 
-import json
-import random
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -20,10 +18,9 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-from reveal_probe import block_logits  # noqa: E402
+from reveal_probe import block_logits, probe_texts  # noqa: E402
 
 from pardec.model.loading import load_model  # noqa: E402
-from pardec.tasks import load_tasks  # noqa: E402
 
 lm = load_model("qwen2.5-coder-0.5b", dtype=torch.bfloat16)
 toks = lm.datastore.tokens.astype(np.int64)
@@ -34,14 +31,8 @@ big = defaultdict(dict)
 for k, c in zip(pairs.tolist(), counts.tolist()):
     big[k // 200000][k % 200000] = c
 uni = Counter(a[ok].tolist())
-items = {it.id: it for it in load_tasks(sys.argv[1])}
-recs = [json.loads(line) for line in open(sys.argv[2])]
-recs = [r for r in recs if r["method"] == "ar" and r["id"] in items][: int(sys.argv[3])]
-rng, D, rows = random.Random(0), 8, []
-for r in recs:
-    x = lm.encode(items[r["id"]].prompt, True) + r["tokens"]
-    span = range(len(x) - len(r["tokens"]) + 2, len(x) - D - 1)
-    pos = sorted(rng.sample(span, min(24, len(span))))
+D, rows = 8, []
+for x, pos in probe_texts(lm, sys.argv[2], sys.argv[1], int(sys.argv[3]), 24, D):
     blocks = [blk for t in pos for blk in ((t, [lm.mask_id] * D), (t + 1, [lm.mask_id] * D))]
     lg = block_logits(lm.model, lm.mask_id, x, blocks)
     for i, t in enumerate(pos):

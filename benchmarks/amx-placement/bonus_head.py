@@ -15,16 +15,18 @@ positions of scripts/reveal_probe.py (seed 0, 24 per answer).
 """
 
 import json
-import random
 import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from pardec.model.loading import load_model
-from pardec.tasks import load_tasks
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+from reveal_probe import probe_texts  # noqa: E402
 
 
 class Head(nn.Module):
@@ -109,16 +111,11 @@ def evaluate(lm, ckpt, task, samples, n_items):
     head.load_state_dict(ck["head"])
     vocab = ck["vocab"]
     Wk = W[vocab]
-    items = {it.id: it for it in load_tasks(task)}
-    recs = [json.loads(line) for line in open(samples)]
-    recs = [r for r in recs if r["method"] == "ar" and r["id"] in items][:n_items]
-    rng, D, hit, top4, tot = random.Random(0), 8, 0, 0, 0
-    for r in recs:
-        x = lm.encode(items[r["id"]].prompt, True) + r["tokens"]
-        span = range(len(x) - len(r["tokens"]) + 2, len(x) - D - 1)
+    hit = top4 = tot = 0
+    for x, positions in probe_texts(lm, samples, task, n_items, 24, 8):
         with torch.no_grad():
             hs = lm.model(input_ids=torch.tensor([x]), output_hidden_states=True).hidden_states[-1][0].float()
-            for t in sorted(rng.sample(span, min(24, len(span)))):
+            for t in positions:
                 lg = head(hs[t - 1], emb[x[t]] * ck["scale"]) @ Wk.T
                 hit += vocab[lg.argmax()].item() == x[t + 1]
                 top4 += x[t + 1] in vocab[lg.topk(4).indices].tolist()

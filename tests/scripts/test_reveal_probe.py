@@ -1,6 +1,8 @@
 """scripts/reveal_probe.py: blocks packed into one forward beside the text each see only their own
 prefix, so their logits are those of the block fed alone after it."""
 
+import json
+
 import torch
 from scripts_dir import load_script
 from tiny import tiny_model
@@ -44,3 +46,28 @@ def test_slot0_records_whether_the_hidden_block_held_the_bonus():
     guess = hidden[1][0].argmax().item()
     y = x[:t] + [guess] + x[t + 1 :]
     assert rp.probe(model, mask_id, y, [t], D=4)["slot0"] == [True]
+
+
+def test_probe_texts_reads_the_first_ar_answers_and_their_positions(tmp_path):
+    rp = load_script("reveal_probe")
+    task = tmp_path / "task.jsonl"
+    task.write_text("".join(json.dumps({"id": f"q{i}", "prompt": "p" * (i + 2)}) + "\n" for i in range(3)))
+    samples = tmp_path / "samples.jsonl"
+    rows = [("spec", "q0", 60), ("ar", "q0", 40), ("ar", "x", 40), ("ar", "q1", 12), ("ar", "q2", 50)]
+    samples.write_text(
+        "".join(json.dumps({"method": m, "id": i, "tokens": list(range(n))}) + "\n" for m, i, n in rows)
+    )
+
+    class Encoder:  # a prompt of n characters is n tokens
+        def encode(self, text, chat):
+            return [7] * len(text)
+
+    got = rp.probe_texts(Encoder(), str(samples), f"jsonl:{task}", 2, 5, 4)
+    # The spec answer and the one of an id outside the task are skipped; only the first 2 ar answers
+    assert [len(x) for x, _ in got] == [2 + 40, 3 + 12]
+    assert got[0][0] == [7] * 2 + list(range(40))
+    (x0, pos0), (x1, pos1) = got
+    assert len(pos0) == 5 and pos0 == sorted(set(pos0))
+    assert all(2 + 2 <= t < len(x0) - 4 - 1 for t in pos0)  # a block before, and D tokens after t + 1
+    assert pos1 == list(range(3 + 2, len(x1) - 4 - 1))  # fewer answer positions than asked: all of them
+    assert rp.probe_texts(Encoder(), str(samples), f"jsonl:{task}", 2, 5, 4) == got  # seeded
