@@ -21,11 +21,13 @@ from . import (
     profile,
     retrofit,
     serve,
+    train_markov,
 )
 
 COMMANDS = {"generate": generate, "bench": bench, "profile": profile, "calibrate": calibrate,
             "serve": serve, "distill": distill, "datastore": datastore, "retrofit": retrofit,
-            "export": export, "models": models, "eval-tasks": eval_tasks}  # fmt: skip
+            "export": export, "models": models, "eval-tasks": eval_tasks,
+            "train-markov": train_markov}  # fmt: skip
 if importlib.util.find_spec("pardec.methods.dflash") is not None:  # a method plug-in, with its trainer
     from . import train_drafter
 

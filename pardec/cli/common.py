@@ -235,6 +235,10 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
                         "first slot holding one of the N likeliest tokens there: where the token committed "
                         "there is one of them, the next drafts have seen it; fed with every block, not "
                         f"priced by the schedule; lossless (default {d.reveal}: off)")
+    p.add_argument("--markov", action=argparse.BooleanOptionalAction, default=d.markov,
+                   help="spec, threshold: draw each block draft after the one before it with the adapter's "
+                        "Markov head (`pardec train-markov`), where it has one; lossless "
+                        f"(default {'on' if d.markov else 'off'})")
     p.add_argument("--datastore", action=argparse.BooleanOptionalAction, default=d.datastore,
                    help="spec, threshold: also look drafts up in the datastore of the model's own answers "
                         "(`pardec datastore`), where the adapter's folder or the packaged model has one; the "
@@ -270,6 +274,7 @@ def decode_config(args):
         tree_depth=args.tree_depth,
         lookup=args.lookup,
         datastore=args.datastore,
+        markov=args.markov,
         lookup_forks=args.lookup_forks,
         reveal=args.reveal,
         temperature=args.temperature,

@@ -18,6 +18,7 @@ after each, as NTP logits do. Every row feeds blocks of the same sizes and kinds
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -37,6 +38,8 @@ class StepOutput:
     # When asked: transformers' hidden states (embeddings, then each layer's output), each [B, P, H]
     # at the pending slots.
     hidden_states: tuple[torch.Tensor, ...] | None = None
+    # When asked: the block slots' final hidden states (the output head's input), [B, N, H]
+    block_hidden: torch.Tensor | None = None
 
 
 class Block(NamedTuple):
@@ -58,6 +61,7 @@ def block_step(
     mask_id: int,  # never predicted; gated adapters act where it is the input
     pad_id: int = 0,
     hidden_states: bool = False,  # also return every layer's output at the pending slots
+    block_hidden: bool = False,  # also return the block slots' final hidden states
 ) -> StepOutput:
     device = cache.k_pos.device
     B = len(pending)
@@ -110,7 +114,13 @@ def block_step(
         q_valid=q_valid,
         q_causal=q_causal,
     )  # [B, P + N, S + P + N]
-    with gated(model, ids == mask_id):
+    head_input = {}
+    hook = None
+    if block_hidden and N:  # what the output head sees: the one hidden state every architecture has
+        hook = model.get_output_embeddings().register_forward_hook(
+            lambda module, args, output: head_input.__setitem__("h", args[0])
+        )
+    with gated(model, ids == mask_id), _removed(hook):
         out = model(
             input_ids=ids,
             attention_mask=additive(allowed, model.dtype),
@@ -123,4 +133,14 @@ def block_step(
     logits = out.logits.float()  # [B, n_ntp + N, V]
     logits[..., mask_id] = float("-inf")
     hidden = tuple(h[:, :P] for h in out.hidden_states) if hidden_states else None
-    return StepOutput(logits[:, :n_ntp], logits[:, n_ntp:], fed_pos, pending_valid, hidden)
+    slots_hidden = head_input["h"][:, -N:] if hook is not None else None  # [B, N, H]
+    return StepOutput(logits[:, :n_ntp], logits[:, n_ntp:], fed_pos, pending_valid, hidden, slots_hidden)
+
+
+@contextmanager
+def _removed(hook):
+    try:
+        yield
+    finally:
+        if hook is not None:
+            hook.remove()

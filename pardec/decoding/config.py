@@ -50,6 +50,9 @@ class DecodeConfig:
     # the likeliest tokens there (the previous block's): where the token committed there is one of them,
     # the next drafts come from that block, having seen the token they follow (0: off)
     reveal: int = 0
+    # spec: re-rank each block draft given the token before it with the adapter's Markov head
+    # (model/markov.py), where it has one
+    markov: bool = True
     temperature: float = 0.0  # 0 = greedy
     top_p: float = 1.0
     seed: int | None = None
@@ -86,6 +89,8 @@ class DecodeConfig:
             raise PardecError(f"reveal must be an integer in [0, 8], got {self.reveal}")
         if not isinstance(self.datastore, bool):
             raise PardecError(f"datastore must be true or false, got {self.datastore!r}")
+        if not isinstance(self.markov, bool):
+            raise PardecError(f"markov must be true or false, got {self.markov!r}")
         if not isinstance(self.adaptive, bool):
             raise PardecError(f"adaptive must be true or false, got {self.adaptive!r}")
         if self.min_block_size is not None and (

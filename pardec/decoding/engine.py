@@ -139,13 +139,17 @@ class Session:
         wanted = [policy.blocks(r) for r in rows]
         blocks = _same_shape(wanted, self.mask_id)
         out = block_step(self.model, cache, pending, blocks, policy.n_ntp(drafts), self.mask_id,
-                         hidden_states=policy.hidden_states)  # fmt: skip
+                         hidden_states=policy.hidden_states, block_hidden=policy.block_hidden)  # fmt: skip
         keep = torch.zeros_like(out.pending_valid)  # [B, P]
         P = keep.shape[1]
         finished = []
         for b, r in enumerate(rows):
             n_real = min(len(pending[b]), out.ntp_logits.shape[1])
-            upd = policy.update(r, out.ntp_logits[b, out.ntp_logits.shape[1] - n_real :], out.block_logits[b])
+            ntp = out.ntp_logits[b, out.ntp_logits.shape[1] - n_real :]
+            if out.block_hidden is None:
+                upd = policy.update(r, ntp, out.block_logits[b])
+            else:
+                upd = policy.update(r, ntp, out.block_logits[b], out.block_hidden[b])
             # Pending slots now holding committed text: the uncached committed ones + accepted drafts.
             n_keep = len(pending[b]) - len(drafts[b]) + upd.keep_drafts
             keep[b, P - len(pending[b]) : P - len(pending[b]) + n_keep] = True

@@ -22,6 +22,7 @@ from .state import Row, Update
 
 class Policy:
     hidden_states: bool = False  # the step returns every layer's output at the pending slots
+    block_hidden: bool = False  # the step returns the block slots' final hidden states (update's `hidden`)
     joinable: bool = True  # rows may join a running batch (per-row state only, nothing batch-wide)
     # With `adaptive`, plans each row's step from the step cost, priced as the batch's: a row decoded
     # in a batch may take other steps than alone
@@ -55,9 +56,12 @@ class Policy:
         """One fully masked block after all pending tokens."""
         return [Block(0, [self.mask_id] * self.cfg.block_size)]
 
-    def update(self, row: Row, ntp: torch.Tensor, block: torch.Tensor) -> Update:
+    def update(
+        self, row: Row, ntp: torch.Tensor, block: torch.Tensor, hidden: torch.Tensor | None = None
+    ) -> Update:
         """ntp: [n, V] NTP logits of this row's last n pending tokens (n may be 0);
-        block: [NB * D, V] block logits, block after block."""
+        block: [NB * D, V] block logits, block after block; hidden: [NB * D, H] the slots' final hidden
+        states where the policy asked for them (block_hidden)."""
         raise NotImplementedError
 
     def after_step(self, rows: list[Row], out, keep: torch.Tensor, alive: list[int]) -> None:

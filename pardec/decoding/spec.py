@@ -52,6 +52,7 @@ import torch
 from ..core import cost as step_cost
 from ..core.step import Block
 from ..core.verify import accept_with_branches
+from ..model import markov
 from . import lookup, schedule
 from .policy import Method, register
 from .state import Row, Update
@@ -162,6 +163,9 @@ class Speculative(Verifier):
         # Whether the block's slots were trained (an adapter): a plain model's [MASK] predicts noise, so
         # adaptive spec then feeds looked-up drafts only, in plain steps, and never pays for a block.
         self.trained_block = (extras or {}).get("trained_block", True)
+        # The adapter's Markov head (model/markov.py): each block draft re-ranked given the one before
+        self.markov = (extras or {}).get("markov") if config.markov else None
+        self.block_hidden = self.markov is not None
         # Every branch is fed at one width, so that rows of a batch feed blocks of one shape.
         self.branch_width = 1 + config.tree_depth
         if config.lookup:
@@ -273,8 +277,8 @@ class Speculative(Verifier):
                 best, best_rate = k, rate
         return best, best_rate
 
-    def set_drafts(self, row, logits, ids=None, full=None):
-        super().set_drafts(row, logits, ids, full)
+    def set_drafts(self, row, logits, ids=None, full=None, chosen=None):
+        super().set_drafts(row, logits, ids, full, chosen)
         st: SpecDrafts = row.state
         # The predicted reach: the schedule plans with it, the bench holds it against acceptance.
         st.predicted = st.reach
@@ -557,7 +561,7 @@ class Speculative(Verifier):
         )  # fmt: skip
         return n, commit, len(commit) - 1
 
-    def update(self, row, ntp, block):
+    def update(self, row, ntp, block, hidden=None):
         st: SpecDrafts = row.state
         predicted, fed, fork = st.predicted, len(st.tokens), st.fork
         extra = (0 if fork is None else self.branch_tokens(row)) + self.revealed_slots(row)
@@ -581,7 +585,10 @@ class Speculative(Verifier):
         # position path + 1, so the slots after path - L are the next drafts.
         first = 1 + path - L if L is not None else D
         if first < D:
-            commit = commit + self.next_drafts(row, block[k * D : (k + 1) * D], first, commit[L:])
+            slots_hidden = None if hidden is None else hidden[k * D : (k + 1) * D]  # [D, H]
+            commit = commit + self.next_drafts(
+                row, block[k * D : (k + 1) * D], first, commit[L:], slots_hidden
+            )
         else:
             # No block was fed early enough: the next forward drafts afresh.
             st.clear()
@@ -608,12 +615,22 @@ class Speculative(Verifier):
                 return R, len(lengths) + hit[0]
         return L, k
 
-    def next_drafts(self, row, slots: torch.Tensor, first: int, text: list[int]) -> list[int]:
+    def next_drafts(self, row, slots: torch.Tensor, first: int, text: list[int], hidden=None) -> list[int]:
         """The next drafts from a block's slots [D, V], of which `first` on follow the committed text;
-        `text` holds the committed tokens at slots 0 .. first - 1. Returns tokens to commit at once:
-        none here, where every draft waits for the target's verdict (a lossy method commits some)."""
-        self.set_drafts(row, slots[first:])
+        `text` holds the committed tokens at slots 0 .. first - 1; `hidden` [D, H] the slots' final
+        hidden states (with a Markov head). Returns tokens to commit at once: none here, where every
+        draft waits for the target's verdict (a lossy method commits some)."""
+        self.draft_from(row, slots, first, text[-1], hidden)
         return []
+
+    def draft_from(self, row, slots: torch.Tensor, first: int, prev: int, hidden=None) -> None:
+        """The next drafts: the block's slots [D, V] from `first` on, the committed token before them
+        `prev`. With a Markov head each draft is re-ranked given the one before it."""
+        if self.markov is None or hidden is None:
+            self.set_drafts(row, slots[first:])
+            return
+        logits, tokens, probs = self.markov.chain(slots[first:], hidden[first:], first, prev, self._choose)
+        self.set_drafts(row, logits, chosen=(tokens, probs))
 
 
 def lookup_extras(lm, config) -> dict:
@@ -627,9 +644,14 @@ def lookup_extras(lm, config) -> dict:
 def prepare(lm, config, sets_block_size: bool, options: dict):
     """The adapter's calibration, and with `adaptive` this machine's step cost for the model (measured
     once and cached) and the schedule's memory across the requests decoded with these extras."""
+    head = lm.markov if config.markov else None
+    cal = lm.calibration
+    if head is not None and cal is not None:
+        cal = cal.for_markov(markov.head_sha256(lm.adapter))
     extras = {
-        "calibration": lm.calibration,
+        "calibration": cal,
         "trained_block": lm.adapter is not None,
+        "markov": head,
         **lookup_extras(lm, config),
     }
     if config.adaptive:

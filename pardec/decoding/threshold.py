@@ -61,9 +61,10 @@ class Threshold(Speculative):
         if config.threshold is None:
             raise PardecError("threshold 'auto' is resolved by api.configure from the adapter's calibration")
 
-    def next_drafts(self, row, slots: torch.Tensor, first: int, text: list[int]) -> list[int]:
+    def next_drafts(self, row, slots: torch.Tensor, first: int, text: list[int], hidden=None) -> list[int]:
         """Commit the confident prefix of the slots after `first` ([D, V] slots; `text`: the committed
-        tokens at slots 0 .. first - 1) and make the rest the next drafts."""
+        tokens at slots 0 .. first - 1; `hidden` [D, H] with a Markov head) and make the rest the next
+        drafts."""
         keep: list[int] = []
         if slots[:first].argmax(-1).tolist() == text:  # spec calls this with first < D only
             tokens, _ = self._choose(slots[first:])  # [D - first]
@@ -72,7 +73,7 @@ class Threshold(Speculative):
                 keep.append(int(tokens[len(keep)]))
         rest = first + len(keep)
         if rest < len(slots):
-            self.set_drafts(row, slots[rest:])
+            self.draft_from(row, slots, rest, (text + keep)[-1], hidden)
         else:
             row.state.clear()  # the whole block committed: the next forward drafts afresh
         return keep

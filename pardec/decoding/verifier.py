@@ -58,13 +58,14 @@ class Verifier(Policy):
         """Whether the drafts' confidence products are needed beyond the draft cutoff."""
         return False
 
-    def set_drafts(self, row: Row, logits: torch.Tensor, ids=None, full=None) -> None:
+    def set_drafts(self, row: Row, logits: torch.Tensor, ids=None, full=None, chosen=None) -> None:
         """Draw the next drafts from logits [k, V] and keep the longest prefix whose product of
         confidences stays >= draft_cutoff: drafts unlikely to be accepted cost a fed token and an
         NTP logit each. The cut depends only on the drafts, so verification stays lossless.
-        ids / full map a reduced draft vocabulary back to the target's (a drafter's)."""
+        ids / full map a reduced draft vocabulary back to the target's (a drafter's). chosen: (tokens
+        [k], probs [k, V]) already drawn from these logits, one at a time (a Markov head's chain)."""
         st: Drafts = row.state
-        tokens, probs = self._choose(logits)
+        tokens, probs = self._choose(logits) if chosen is None else chosen
         keep = len(tokens)
         reach = None
         if (self.cfg.draft_cutoff > 0 or self.wants_reach()) and keep:

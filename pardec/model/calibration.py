@@ -10,6 +10,7 @@ product of the calibrated probabilities up to draft i.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import warnings
@@ -34,6 +35,11 @@ class Calibration:
     threshold: float | None = None  # `threshold`'s tau chosen by `pardec calibrate`
     gamma: float | None = None  # `eb`'s entropy budget chosen by `pardec calibrate`
     report: dict = field(default_factory=dict)  # what was measured: prompts, tokens, each candidate
+    # The same for drafts re-ranked by the adapter's Markov head (model/markov.py), where it has one:
+    # the sha256 of the head's weights they were fitted with, and their acceptance and counts per bin
+    markov_sha256: str = ""
+    markov_acceptance: tuple[float, ...] = ()
+    markov_counts: tuple[int, ...] = ()
 
     def accept(self, confidence: torch.Tensor) -> torch.Tensor:
         """confidence [m] -> calibrated acceptance probability [m] of each draft given the earlier ones."""
@@ -47,6 +53,13 @@ class Calibration:
         confidence = (raw_reach / prev.clamp_min(1e-12)).clamp(0.0, 1.0)
         return self.accept(confidence).cumprod(0)
 
+    def for_markov(self, head_sha256: str) -> Calibration:
+        """This calibration for drafts the Markov head with these weights re-ranked: its own fit where
+        one was made with that head, else the block's (the schedule's online calibration corrects)."""
+        if self.markov_sha256 != head_sha256 or not self.markov_acceptance:
+            return self
+        return dataclasses.replace(self, acceptance=self.markov_acceptance, counts=self.markov_counts)
+
     def to_json(self) -> dict:
         return {"format": FORMAT, **asdict(self)}
 
@@ -55,6 +68,8 @@ class Calibration:
         d = {k: v for k, v in d.items() if k != "format"}
         d["edges"], d["acceptance"] = tuple(d["edges"]), tuple(d["acceptance"])
         d["counts"] = tuple(d["counts"])
+        d["markov_acceptance"] = tuple(d.get("markov_acceptance", ()))
+        d["markov_counts"] = tuple(d.get("markov_counts", ()))
         return cls(**d)
 
 

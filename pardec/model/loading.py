@@ -19,7 +19,7 @@ import torch
 
 from ..errors import PardecError
 from ..machine import cache_dir
-from . import calibration, chat, checkpoint, datastore, invariant_attention
+from . import calibration, chat, checkpoint, datastore, invariant_attention, markov
 from . import quant as quantization
 from .compiled import CompiledSteps
 from .packaged import DEFAULT_MODEL, PACKAGED, assemble_gguf
@@ -173,6 +173,18 @@ class LoadedModel:
     def calibration(self) -> calibration.Calibration | None:
         """What the adapter's confidences mean (`pardec calibrate`), if it was calibrated."""
         return calibration.load(self.adapter)
+
+    @cached_property
+    def markov(self) -> markov.MarkovHead | None:
+        """The adapter's Markov head over its block drafts (`pardec train-markov`), if it has one and
+        the output head's weights can be read (not with --quant, whose head is packed for its kernel;
+        not with --compile, whose graphs would break at the hook that reads the head's input)."""
+        if self.compile or self.quant != "none":
+            return None
+        model = self.model
+        return markov.load(
+            self.adapter, model.get_input_embeddings().weight, model.get_output_embeddings().weight
+        )
 
     @cached_property
     def datastore(self) -> datastore.Datastore | None:

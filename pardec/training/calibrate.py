@@ -30,7 +30,7 @@ from ..decoding import METHODS, DecodeConfig, decode
 from ..decoding.engine import GenerationResult
 from ..decoding.schedule import Memory
 from ..decoding.spec import lookup_extras
-from ..model import LoadedModel
+from ..model import LoadedModel, markov
 from ..model import calibration as cal
 
 
@@ -131,7 +131,12 @@ def calibrate(
     if lm.adapter is None:
         raise ValueError("calibrate needs an adapter: the plain model's block slots are untrained")
     scorer = _Scorer(lm, prompts, cfg, cost)
-    steps = 1 + len(cfg.thresholds) * ("threshold" in cfg.methods) + len(cfg.gammas) * ("eb" in cfg.methods)
+    steps = (
+        1
+        + (base.markov and lm.markov is not None)
+        + len(cfg.thresholds) * ("threshold" in cfg.methods)
+        + len(cfg.gammas) * ("eb" in cfg.methods)
+    )
     bar = tqdm(total=steps, desc="calibrate", unit="setting", disable=not progress)
     common = dataclasses.replace(base, temperature=0.0, max_new_tokens=cfg.max_new_tokens)
 
@@ -145,12 +150,30 @@ def calibrate(
     floor = scorer.score(spec, results)
     bar.update()
     candidates = [{"method": "spec", "value": None, **floor}]
+    head = lm.markov if base.markov else None
+    decode_as = fitted  # what the lossy candidates decode with: as a decode with the adapter would
+    if head is not None:
+        # The drafts the adapter's Markov head re-ranks have confidences of their own: fitted apart.
+        results = scorer.decode(spec, extras={"calibration": None, "markov": head})
+        m_verified = [s for r in results for s in r.verified_per_step]
+        m_fit = cal.fit(*cal.observations(m_verified), fitted.adapter_sha256)
+        sha = markov.head_sha256(lm.adapter)
+        fitted = dataclasses.replace(
+            fitted, markov_sha256=sha, markov_acceptance=m_fit.acceptance, markov_counts=m_fit.counts
+        )
+        decode_as = fitted.for_markov(sha)
+        candidates.append({"method": "spec", "value": None, "markov": True, **scorer.score(spec, results)})
 
     def choose(method: str, field: str, values: tuple[float, ...]) -> float | None:
         best, best_rate = None, None
         for v in values:
             # What a decode with the adapter would read: the acceptance just fitted, the machine's cost
-            extras = {"calibration": fitted, "memory": Memory(), **lookup_extras(lm, common)}
+            extras = {
+                "calibration": decode_as,
+                "markov": head,
+                "memory": Memory(),
+                **lookup_extras(lm, common),
+            }
             extras |= {} if cost is None else {"cost": cost}
             row = scorer.score(dataclasses.replace(common, method=method, **{field: v}), extras=extras)
             ok = within(row, floor, cfg.target)

@@ -466,3 +466,46 @@ def test_dtype_auto_trains_in_float32_only_where_the_machine_emulates_bf16(monke
     asked = p.parse_args(["--dtype", "bfloat16"])
     assert common.dtype(asked, compute_bound=True) is torch.bfloat16  # asked for: kept
     assert common.dtype(p.parse_args(["--dtype", "float32"])) is torch.float32
+
+
+def test_train_markov_writes_a_head_beside_the_adapter_that_generate_uses(
+    tiny_dir, capsys, tmp_path, monkeypatch
+):
+    from pardec.model import load_model, markov
+
+    monkeypatch.setenv("PARDEC_CACHE", str(tmp_path / "cache"))
+    ck = retrofit_one_step(capsys, tiny_dir, tmp_path)
+    data = tmp_path / "answers.jsonl"
+    rows = [{"prompt": "hello", "response": "one two three four five six seven eight nine ten"}] * 6
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    base = [
+        "train-markov",
+        "--model",
+        tiny_dir,
+        "--dtype",
+        "float32",
+        "--epochs",
+        "1",
+        "--blocks-per-text",
+        "2",
+    ]
+    code, _, err = run_cli(capsys, *base, "--adapter", "none", "--data", str(data))
+    assert code == 2 and "no adapter" in err
+    code, _, err = run_cli(capsys, *base, "--adapter", str(ck), "--data", str(tmp_path / "missing.jsonl"))
+    assert code == 2 and "no data file" in err
+    code, _, err = run_cli(capsys, *base, "--adapter", str(ck), "--data", f"{data}:4", "--rank", "0")
+    assert code == 2 and "--rank must be >= 1" in err
+    code, _, err = run_cli(capsys, *base, "--adapter", str(ck), "--data", f"{data}:4")
+    assert code == 0, err
+    assert "4 answers, 8 blocks" in err and (ck / markov.WEIGHTS).is_file()
+    settings = json.loads((ck / markov.SETTINGS).read_text())
+    assert settings["block_size"] == 3 and settings["training"]["data"] == [f"{data}:4"]
+    assert load_model(tiny_dir, torch.float32, adapter=str(ck)).markov is not None
+    gen = ["generate", "--model", tiny_dir, "--adapter", str(ck), "--dtype", "float32",
+           "--max-new-tokens", "8", "--json", "--no-adaptive", "--prompt", "hello world"]  # fmt: skip
+    outs = {}
+    for flag in ("--markov", "--no-markov"):  # lossless either way: the same answer
+        code, out, err = run_cli(capsys, *gen, flag)
+        assert code == 0, err
+        outs[flag] = json.loads(out)["text"]
+    assert outs["--markov"] == outs["--no-markov"]

@@ -59,3 +59,12 @@ def test_saved_calibration_loads_only_for_the_weights_it_was_fitted_for(tmp_path
     with pytest.warns(UserWarning, match="unreadable"):
         assert cal.load(tmp_path) is None
     assert cal.load(None) is None
+
+
+def test_a_calibration_without_a_markov_fit_loads_from_older_files(tmp_path):
+    (tmp_path / "adapter.safetensors").write_bytes(b"weights")
+    fitted = cal.fit(torch.tensor([0.2, 0.9]), torch.tensor([False, True]), cal.weights_sha256(tmp_path))
+    old = {k: v for k, v in fitted.to_json().items() if not k.startswith("markov")}
+    (tmp_path / cal.FILE).write_text(json.dumps(old))
+    got = cal.load(tmp_path)
+    assert got == fitted and got.for_markov("any head") == got

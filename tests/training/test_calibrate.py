@@ -185,3 +185,39 @@ def test_adaptive_spec_shortens_blocks_only_as_far_as_the_adapter_was_trained(tr
     assert sampled.trained_min_block_size == 3
     assert configure(sampled, config)[0].min_block_size == 3
     assert configure(sampled, dataclasses.replace(config, min_block_size=4))[0].min_block_size == 4  # as set
+
+
+def test_calibrate_fits_the_drafts_a_markov_head_re_ranks_apart_and_spec_reads_that_fit(trained, tmp_path):
+    import shutil
+
+    from pardec.decoding.spec import prepare
+    from pardec.model import markov
+    from pardec.training.markov import MarkovConfig
+    from pardec.training.markov import train as train_head
+
+    lm, prompts = trained
+    folder = tmp_path / "ck"
+    shutil.copytree(lm.adapter, folder)
+    own = LoadedModel(lm.model, None, "tiny", folder, lm.adapter_settings)
+    outs = decode(lm.model, prompts[:6], DecodeConfig(method="ar", max_new_tokens=30), lm.mask_id)
+    data = [Example(p + o.tokens, len(p)) for p, o in zip(prompts[:6], outs)]
+    small = MarkovConfig(blocks_per_text=8, rank=16, top_k=8, epochs=2, batch_size=64)
+    head, _ = train_head(own, data, 4, small, progress=False)
+    markov.save(folder, head)
+    cfg = CalibrateConfig(methods=(), max_new_tokens=24)
+    result = calibrate(
+        own, prompts, cfg, DecodeConfig(method="spec", block_size=4), cost=None, progress=False
+    )
+    sha = markov.head_sha256(folder)
+    assert result.markov_sha256 == sha and sum(result.markov_counts) > 20
+    assert [c.get("markov", False) for c in result.report["candidates"]] == [False, True]
+    assert result.for_markov(sha).acceptance == result.markov_acceptance
+    assert result.for_markov("another head") == result  # the block's fit where none was made with it
+    calibration.save(folder, result)
+    fresh = LoadedModel(lm.model, None, "tiny", folder, lm.adapter_settings)
+    _, extras = prepare(fresh, DecodeConfig(method="spec", block_size=4, adaptive=False), False, {})
+    assert extras["markov"] is not None and extras["calibration"].acceptance == result.markov_acceptance
+    _, extras = prepare(
+        fresh, DecodeConfig(method="spec", block_size=4, adaptive=False, markov=False), False, {}
+    )
+    assert extras["markov"] is None and extras["calibration"].acceptance == result.acceptance
