@@ -34,5 +34,7 @@ for name, samples, task in SETS:
         parts.append((h, i, v, torch.tensor([x[t - 1 : t + D] for t in positions])))
     blocks = Blocks(*(torch.cat(p) for p in zip(*parts)))
     alone, head = mean_run(None, blocks), mean_run(lm.markov, blocks)
-    print(f"{name}: {len(blocks)} positions, drafts accepted in a row after the bonus: block alone "
-          f"{alone:.3f}, with the Markov head {head:.3f} ({head / alone - 1:+.0%})")
+    print(
+        f"{name}: {len(blocks)} positions, drafts accepted in a row after the bonus: block alone "
+        f"{alone:.3f}, with the Markov head {head:.3f} ({head / alone - 1:+.0%})"
+    )

@@ -235,6 +235,14 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
                         "first slot holding one of the N likeliest tokens there: where the token committed "
                         "there is one of them, the next drafts have seen it; fed with every block, not "
                         f"priced by the schedule; lossless (default {d.reveal}: off)")
+    p.add_argument("--fallback", action=argparse.BooleanOptionalAction, default=d.fallback,
+                   help="spec with --adaptive: also feed a block after no drafts where the drafts before "
+                        "the first block may be rejected and its drafts then pay for their slots on this "
+                        f"machine; lossless (default {'on' if d.fallback else 'off'})")
+    p.add_argument("--plan-ahead", action=argparse.BooleanOptionalAction, default=d.plan_ahead,
+                   help="spec with --adaptive: where a looked-up chain would be verified in a plain step, "
+                        "also count the next step's drafts a block step brings; lossless "
+                        f"(default {'on' if d.plan_ahead else 'off'})")
     p.add_argument("--markov", action=argparse.BooleanOptionalAction, default=d.markov,
                    help="spec, threshold: draw each block draft after the one before it with the adapter's "
                         "Markov head (`pardec train-markov`), where it has one; lossless "
@@ -275,6 +283,8 @@ def decode_config(args):
         lookup=args.lookup,
         datastore=args.datastore,
         markov=args.markov,
+        fallback=args.fallback,
+        plan_ahead=args.plan_ahead,
         lookup_forks=args.lookup_forks,
         reveal=args.reveal,
         temperature=args.temperature,

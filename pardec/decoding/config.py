@@ -18,6 +18,12 @@ class DecodeConfig:
     confidence: str = "prob"  # threshold: "prob" (max probability) or "entropy" (1 - H / log V)
     gamma: float | None = 0.5  # eb: entropy budget (nats) per forward
     draft_blocks: int = 1  # spec: blocks fed per forward, for that many possible acceptance lengths
+    # spec with adaptive: also feed a block after no drafts, beside the one after the likely drafts,
+    # where what it drafts after a rejection there is expected to pay for its slots on this machine
+    fallback: bool = False
+    # spec with adaptive: where a looked-up chain would be verified in a plain step (no block, cheaper),
+    # count what a block step also brings: the next step's drafts from its block (their recent yield)
+    plan_ahead: bool = False
     # spec: where the block sits among the drafts. block_at: after at most this many (fixed); None:
     # after those whose confidences' product stays >= block_reach (likely to be accepted; 0: after all)
     block_at: int | None = None
@@ -89,6 +95,10 @@ class DecodeConfig:
             raise PardecError(f"reveal must be an integer in [0, 8], got {self.reveal}")
         if not isinstance(self.datastore, bool):
             raise PardecError(f"datastore must be true or false, got {self.datastore!r}")
+        if not isinstance(self.plan_ahead, bool):
+            raise PardecError(f"plan_ahead must be true or false, got {self.plan_ahead!r}")
+        if not isinstance(self.fallback, bool):
+            raise PardecError(f"fallback must be true or false, got {self.fallback!r}")
         if not isinstance(self.markov, bool):
             raise PardecError(f"markov must be true or false, got {self.markov!r}")
         if not isinstance(self.adaptive, bool):

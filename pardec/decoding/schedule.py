@@ -62,6 +62,7 @@ class Plan:
     slots: int = 0  # block slots of the planned step (when it feeds a block)
     others: int = 0  # tokens the batch's other rows fed last step (the planned step's company)
     block: bool = True  # whether the planned step feeds a block
+    block_drafts: float | None = None  # moving average of the drafts accepted where the block's were fed
     tokens: float | None = None  # moving averages over block steps: tokens committed,
     seconds: float | None = None  # and the step's cost
 

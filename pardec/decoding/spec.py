@@ -59,6 +59,7 @@ from .state import Row, Update
 from .verifier import Drafts, Verifier
 
 PRIOR_TOKENS = 2.0  # tokens a row's block step is taken to commit before it has done one
+PRIOR_BLOCK_DRAFTS = 1.0  # drafts of a block's taken to be accepted before any was verified
 
 
 @dataclass
@@ -89,12 +90,15 @@ class SpecDrafts(Drafts):
     fed_branches: list[Branch] = field(default_factory=list)  # the looked-up branches this step feeds
     # With `reveal`: the block's likeliest tokens at each draft position (index i: draft i + 1)
     tops: list[list[int]] | None = None
+    # With `fallback`: this step also feeds a block after no drafts (schedule's choice)
+    fallback: bool = False
 
     def clear(self) -> None:
         super().clear()
         self.from_lookup, self.other, self.other_probs = False, None, None
         self.relooked, self.fed_branches = [], []
         self.tops = None
+        self.fallback = False
 
 
 def _shared(a: list[int], b: list[int]) -> int:
@@ -155,6 +159,7 @@ class Speculative(Verifier):
         self.memory = (extras or {}).get("memory") or schedule.Memory()  # shared across calls if given
         self.batch_fed = 0  # tokens the last step fed over the whole batch (0: one row)
         self.batch_ar = False  # this step is a plain AR step for the whole batch
+        self.batch_rows = 1  # rows this step decodes
         self.all_plain = False  # no row of this step feeds a block (its rows may still feed branches)
         self.width = config.block_size  # slots of each block this step feeds
         self.lookup_stats = (extras or {}).get("lookup") or lookup.LookupStats()  # shared if given
@@ -308,6 +313,7 @@ class Speculative(Verifier):
         if the tokens they are expected to commit (each row's recent tokens per block step) come
         faster than plain AR steps for every row would."""
         self.batch_ar, self.width = False, self.cfg.block_size
+        self.batch_rows = len(rows)
         if self.cfg.lookup:
             for row in rows:
                 self.look_up(row)
@@ -356,6 +362,8 @@ class Speculative(Verifier):
             if not st.plan.block and st.from_lookup:
                 fed = self.lookup_in_ar_step(row)
             st.keep(fed)  # the rest are unlikely enough not to pay for their place
+        st.fallback = False  # planned afresh, against the one block block_lengths then gives
+        st.fallback = self.plan_fallback(row)
         st.fork = self.plan_fork(row)
         return super().drafts(row)
 
@@ -365,6 +373,12 @@ class Speculative(Verifier):
         the planned block step would."""
         plan, reach = row.state.plan, row.state.predicted.tolist()
         expected = 1.0 + sum(reach[: plan.fed])
+        if self.cfg.plan_ahead:
+            # The block step also drafts the next step (where the drafts before its block are accepted);
+            # the plain one leaves it the lookups alone.
+            R = min(self.block_lengths(row)[0], plan.fed)
+            usable = reach[R - 1] if R else 1.0
+            expected += usable * (PRIOR_BLOCK_DRAFTS if plan.block_drafts is None else plan.block_drafts)
         seconds = schedule.step_seconds(self.cost, 1 + plan.fed, len(row.committed), plan.slots, plan.others)
         return self._best_prefix(row, reach, block=False)[1] > expected / seconds
 
@@ -382,6 +396,23 @@ class Speculative(Verifier):
     def plain(self, row) -> bool:
         """Whether the row's step is a plain one: no block, so no adapter's cost."""
         return self.cost is not None and not row.state.plan.block
+
+    def plan_fallback(self, row) -> bool:
+        """With `adaptive` and `fallback`: whether the step also feeds a block after no drafts, beside
+        the one after the R > 0 drafts likely to be accepted. Where fewer than R are, the next step then
+        has that block's drafts instead of none: worth P(fewer than R accepted) times what a step with
+        drafts commits beyond its bonus (the row's recent block steps), against its slots' cost here."""
+        st: SpecDrafts = row.state
+        if not self.cfg.fallback or self.cost is None or self.cfg.draft_blocks > 1 or self.plain(row):
+            return False
+        if self.batch_rows > 1:  # rows of a batch feed blocks of one shape: one block each, as planned
+            return False
+        R = self.block_lengths(row)[0]
+        if R == 0 or st.predicted is None:
+            return False
+        miss = 1.0 - min(1.0, float(st.predicted[R - 1]) * st.plan.scale)  # P(fewer than R accepted)
+        after = (PRIOR_TOKENS if st.plan.tokens is None else st.plan.tokens) - 1.0
+        return self._pays(row, miss * max(after, 0.0), self.width)
 
     def plan_fork(self, row) -> int | None:
         """The fed draft the branches replace, or None for no branches. The other candidate (lookup or
@@ -425,7 +456,7 @@ class Speculative(Verifier):
         expected = 1.0 + sum(reach) + have_gain
         context, slots = len(row.committed), 0 if self.plain(row) else self.width
         seconds = lambda n: schedule.step_seconds(self.cost, n, context, slots, st.plan.others)  # noqa: E731
-        base = 1 + m + have_tokens + self.revealed_slots(row)
+        base = 1 + m + have_tokens + self.extra_slots(row)
         return (expected + gain) / seconds(base + tokens) > expected / seconds(base)
 
     def looked_branches(self, row) -> list[Branch]:
@@ -500,8 +531,9 @@ class Speculative(Verifier):
             first = 0 if st.reach is None else int((st.reach >= self.cfg.block_reach).sum())
         else:
             first = m
-        ns = [first] + [n for n in range(m) if n != first][: self.cfg.draft_blocks - 1]
-        return ns + [first] * (self.cfg.draft_blocks - len(ns))
+        count = 2 if st.fallback else self.cfg.draft_blocks
+        ns = [first] + [n for n in range(m) if n != first][: count - 1]
+        return ns + [first] * (count - len(ns))
 
     def blocks(self, row):
         st: SpecDrafts = row.state
@@ -531,9 +563,9 @@ class Speculative(Verifier):
         """[MASK] blocks (the ones after 0, 1, ... drafts, then the revealed ones) a row's step feeds."""
         return 0 if self.plain(row) else len(self.block_lengths(row)) + self.cfg.reveal
 
-    def revealed_slots(self, row) -> int:
-        """Slots the row's revealed blocks feed this step."""
-        return 0 if self.plain(row) else self.cfg.reveal * self.width
+    def extra_slots(self, row) -> int:
+        """Slots the row's blocks beyond the first feed this step (more draft blocks, revealed ones)."""
+        return 0 if self.plain(row) else (self.n_blocks(row) - 1) * self.width
 
     def _verify_tree(self, row, ntp, block) -> tuple[int, list[int], int]:
         """(chain drafts accepted, tokens to commit, drafts the committed path accepted)."""
@@ -564,7 +596,7 @@ class Speculative(Verifier):
     def update(self, row, ntp, block, hidden=None):
         st: SpecDrafts = row.state
         predicted, fed, fork = st.predicted, len(st.tokens), st.fork
-        extra = (0 if fork is None else self.branch_tokens(row)) + self.revealed_slots(row)
+        extra = (0 if fork is None else self.branch_tokens(row)) + self.extra_slots(row)
         n, commit, path = self._verify_tree(row, ntp, block)
         for cand in st.looked:
             cand.record(commit)
@@ -572,6 +604,9 @@ class Speculative(Verifier):
             if k <= n:
                 cand.record(commit[k:])
         st.relooked = []
+        if self.cost is not None and fed and not st.from_lookup:
+            got = st.plan.block_drafts
+            st.plan.block_drafts = n if got is None else got + schedule.EMA * (n - got)
         if st.from_lookup:  # the block's calibration and its reliability hold block drafts only
             predicted = None
         shown = None if predicted is None or not fed else tuple(predicted[:fed].tolist())
@@ -629,7 +664,11 @@ class Speculative(Verifier):
         if self.markov is None or hidden is None:
             self.set_drafts(row, slots[first:])
             return
-        logits, tokens, probs = self.markov.chain(slots[first:], hidden[first:], first, prev, self._choose)
+        greedy = self.cfg.temperature == 0
+        chain = self.markov.chain(
+            slots[first:], hidden[first:], first, prev, None if greedy else self._choose
+        )
+        logits, tokens, probs = chain
         self.set_drafts(row, logits, chosen=(tokens, probs))
 
 

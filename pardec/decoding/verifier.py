@@ -63,7 +63,8 @@ class Verifier(Policy):
         confidences stays >= draft_cutoff: drafts unlikely to be accepted cost a fed token and an
         NTP logit each. The cut depends only on the drafts, so verification stays lossless.
         ids / full map a reduced draft vocabulary back to the target's (a drafter's). chosen: (tokens
-        [k], probs [k, V]) already drawn from these logits, one at a time (a Markov head's chain)."""
+        [k], probs [k, V] or None when greedy) already drawn from these logits, one at a time (a Markov
+        head's chain)."""
         st: Drafts = row.state
         tokens, probs = self._choose(logits) if chosen is None else chosen
         keep = len(tokens)

@@ -70,10 +70,24 @@ class MarkovHead(nn.Module):
         top_ids: torch.Tensor,  # [N, K] the slot's K likeliest tokens
         top_logits: torch.Tensor,  # [N, K] their block logits
     ) -> torch.Tensor:  # [N, K] re-ranked logits (not normalised)
-        dtype = self.up.weight.dtype
-        x = torch.cat([self.norm_h(hidden.to(dtype)), self.norm_prev(self.embed_in[prev].to(dtype))], -1)
-        slot = slot.clamp(max=self.settings.block_size - 1)
-        delta = self.down(F.silu(self.up(x) + self.slot(slot)))  # [N, H]
+        return self.rescore(self.slot_part(hidden, slot), prev, top_ids, top_logits)
+
+    def slot_part(self, hidden: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
+        """What a slot's hidden state [N, H] and index [N] add to the first layer: [N, r]."""
+        H = self.settings.hidden_size
+        x = self.norm_h(hidden.to(self.up.weight.dtype))
+        return F.linear(x, self.up.weight[:, :H], self.up.bias) + self.slot(
+            slot.clamp(max=self.settings.block_size - 1)
+        )
+
+    def rescore(
+        self, part: torch.Tensor, prev: torch.Tensor, top_ids: torch.Tensor, top_logits: torch.Tensor
+    ):
+        """The slots' first-layer part [N, r] (slot_part), the tokens before them [N] and their top K
+        ([N, K] ids and logits) -> [N, K] re-ranked logits."""
+        H, dtype = self.settings.hidden_size, self.up.weight.dtype
+        e = self.norm_prev(self.embed_in[prev].to(dtype))  # [N, H]
+        delta = self.down(F.silu(part + F.linear(e, self.up.weight[:, H:])))  # [N, H]
         cand = self.embed_out[top_ids].to(dtype)  # [N, K, H]
         return top_logits.float() + torch.einsum("nkh,nh->nk", cand, delta).float()
 
@@ -84,30 +98,31 @@ class MarkovHead(nn.Module):
         hidden: torch.Tensor,  # [m, H] their final hidden states
         first_slot: int,  # the first one's index in its block
         prev: int,  # the committed token before the first
-        choose: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],  # [1, V] -> token, probs
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Draw the drafts one slot at a time, each re-ranked given the one chosen before it.
-        Returns (logits [m, V] the drafts were drawn from, tokens [m], probs [m, V])."""
-        out, tokens, probs = logits.clone(), [], []
+        choose: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Draw the drafts one slot at a time, each re-ranked given the one chosen before it: the
+        likeliest (choose None, greedy), or by `choose` ([1, V] logits -> token [1], probs [1, V]).
+        Returns (logits [m, V] the drafts were drawn from, tokens [m], probs [m, V] or None)."""
+        m = logits.shape[0]
         top = logits.topk(min(self.settings.top_k, logits.shape[-1]), -1)  # [m, K]
-        mass = top.values.logsumexp(-1)  # [m]
-        for i in range(logits.shape[0]):
-            ids = top.indices[i : i + 1]  # [1, K]
-            score = self(
-                hidden[i : i + 1],
-                torch.tensor([prev]),
-                torch.tensor([first_slot + i]),
-                ids,
-                top.values[i : i + 1],
-            )[0]
+        mass = top.values.logsumexp(-1, keepdim=True)  # [m, 1]
+        part = self.slot_part(hidden, torch.arange(first_slot, first_slot + m))  # [m, r]
+        out, tokens, probs = logits.clone(), [], []
+        for i in range(m):
+            score = self.rescore(
+                part[i : i + 1], torch.tensor([prev]), top.indices[i : i + 1], top.values[i : i + 1]
+            )
             # The top K keep the block's mass among them; the tail stays as the block had it, so no
             # tail token can outrank the re-ranked top K.
-            out[i, ids[0]] = score - score.logsumexp(-1) + mass[i]
-            token, p = choose(out[i : i + 1])
+            out[i, top.indices[i]] = (score - score.logsumexp(-1, keepdim=True) + mass[i])[0]
+            if choose is None:
+                token = top.indices[i, score[0].argmax()].view(1)
+            else:
+                token, p = choose(out[i : i + 1])
+                probs.append(p)
             tokens.append(token)
-            probs.append(p)
             prev = int(token[0])
-        return out, torch.cat(tokens), torch.cat(probs)
+        return out, torch.cat(tokens), torch.cat(probs) if probs else None
 
     def tensors(self) -> dict[str, torch.Tensor]:
         return {k: v for k, v in self.state_dict().items()}

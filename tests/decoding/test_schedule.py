@@ -351,3 +351,67 @@ def test_what_rows_learned_about_failing_blocks_carries_to_the_next_request(tiny
     assert block_steps(second) < block_steps(first)
     alone = decode(model, PROMPTS[:1], config, mask_id, extras={"cost": extras["cost"]})[0]
     assert block_steps(alone) == block_steps(first)  # without shared memory each call starts afresh
+
+
+class Counted(OracleSpec):
+    """The oracle's drafts; records per step how many blocks were fed and how many drafts."""
+
+    log: list[tuple[int, int]] = []
+
+    def blocks(self, row):
+        out = super().blocks(row)
+        Counted.log.append((len(out or ()), len(row.state.tokens)))
+        return out
+
+
+def test_a_fallback_block_after_no_drafts_is_fed_where_it_pays_and_output_stays_ar(tiny, monkeypatch):
+    model, mask_id = tiny
+    ar = run(model, mask_id, PROMPTS[:1], method="ar", max_new_tokens=40)[0]
+    Counted.truth = ar.tokens + [0] * 8
+    use_policy(Counted, monkeypatch)
+    fed = {}
+    for name, cost in (("flat", FLAT), ("steep", linear_cost(per_token=0.5, block=0.5))):
+        for fallback in (False, True):
+            Counted.log = []
+            config = DecodeConfig(method="spec", block_size=4, adaptive=True, max_new_tokens=40, lookup=0,
+                                  block_reach=0.0, fallback=fallback)  # fmt: skip
+            got = decode(model, PROMPTS[:1], config, mask_id, extras={"cost": cost})[0]
+            assert got.tokens == ar.tokens
+            fed[name, fallback] = sum(n == 2 for n, _ in Counted.log)
+            if name == "flat":
+                zero = sum(m == 0 for _, m in Counted.log)
+                fed["zero", fallback] = zero  # steps without drafts (after a rejection: none to verify)
+    assert (
+        fed["flat", False] == 0 and fed["flat", True] > 0
+    )  # free slots: fed wherever a block follows drafts
+    assert fed["zero", True] < fed["zero", False]  # after a rejection the fallback's drafts are there
+    assert fed["steep", True] < fed["flat", True]  # dear slots: fed only where it pays, if at all
+
+
+def test_a_batch_feeds_one_block_per_row_with_fallback_and_stays_ar(tiny):
+    model, mask_id = tiny
+    ar = run(model, mask_id, PROMPTS, method="ar", max_new_tokens=24)
+    config = DecodeConfig(method="spec", block_size=4, adaptive=True, max_new_tokens=24, fallback=True)
+    got = decode(model, PROMPTS, config, mask_id, extras={"cost": FLAT})
+    assert [g.tokens for g in got] == [a.tokens for a in ar]
+
+
+@pytest.mark.parametrize("plan_ahead", [False, True])
+def test_plan_ahead_counts_the_next_steps_block_drafts_against_a_plain_lookup_step(plan_ahead):
+    """A looked-up chain is cheaper to verify without a block (no slots, no adapter), but then the next
+    step has no block drafts: with plan_ahead the block step is credited with the drafts its block
+    has recently yielded, once the drafts before it are accepted."""
+    from pardec.decoding.spec import SpecDrafts, Speculative
+    from pardec.decoding.state import Row
+
+    cost = linear_cost(per_token=0.01, block=0.3)  # a block step costs 1.3 AR steps
+    config = DecodeConfig(method="spec", block_size=4, adaptive=True, plan_ahead=plan_ahead)
+    policy = Speculative(config, 9, None, extras={"cost": cost})
+    st = SpecDrafts(tokens=[1, 2, 3], from_lookup=True)
+    st.reach = st.predicted = torch.tensor([0.9, 0.8, 0.7])
+    st.plan.fed, st.plan.slots, st.plan.block_drafts = 3, 4, 2.5
+    row = Row(0, list(range(20)), 10, 100, st)
+    # Plain: 3.4 tokens for 1.03 AR steps; with a block 3.4 for 1.33, or 3.4 + 0.7 x 2.5 = 5.15 for 1.33.
+    assert policy._plain_pays_more(row) == (not plan_ahead)
+    st.plan.block_drafts = 0.5  # blocks that have yielded little do not pay for their slots
+    assert policy._plain_pays_more(row)
