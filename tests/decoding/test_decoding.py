@@ -319,8 +319,8 @@ def test_threshold_commits_unverified_tokens_and_verifies_the_rest(tiny, monkeyp
     unverified: set[int] = set()  # positions in the generated text
 
     class Agreeing(Threshold):
-        def next_drafts(self, row, slots, first, text):
-            self.extra = super().next_drafts(row, slots, first, slots[:first].argmax(-1).tolist())
+        def next_drafts(self, row, slots, first, text, hidden=None):
+            self.extra = super().next_drafts(row, slots, first, slots[:first].argmax(-1).tolist(), hidden)
             return self.extra
 
         def update(self, row, ntp, block):
@@ -408,10 +408,12 @@ def test_cache_holds_only_committed_tokens_after_every_step(tiny, monkeypatch):
     seen = []
     real_step = engine_mod.block_step
 
-    def spy(model_, cache, pending, block, n_ntp, mask_id_, pad_id=0, hidden_states=False):
+    def spy(
+        model_, cache, pending, block, n_ntp, mask_id_, pad_id=0, hidden_states=False, block_hidden=False
+    ):
         # Before each step (batch 1): the cache holds exactly the committed tokens that are not pending.
         seen.append((cache.length, cache.n_cached[0], int(cache.k_valid.sum())))
-        return real_step(model_, cache, pending, block, n_ntp, mask_id_, pad_id, hidden_states)
+        return real_step(model_, cache, pending, block, n_ntp, mask_id_, pad_id, hidden_states, block_hidden)
 
     monkeypatch.setattr(engine_mod, "block_step", spy)
     for method in ("threshold", "spec", "eb"):

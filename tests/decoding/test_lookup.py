@@ -322,7 +322,7 @@ def test_spec_knows_the_block_is_trained_only_with_an_adapter(tmp_path):
 
     config = DecodeConfig(method="spec", block_size=4, adaptive=False)
     for adapter, trained in ((None, False), (tmp_path, True)):
-        lm = SimpleNamespace(adapter=adapter, calibration=None, datastore=None)
+        lm = SimpleNamespace(adapter=adapter, calibration=None, datastore=None, markov=None)
         assert spec_module.prepare(lm, config, False, {})[1]["trained_block"] is trained
 
 
