@@ -24,34 +24,19 @@ import random
 
 import torch
 
-from pardec.core.masks import CLEAN, additive, block_attention
-from pardec.model.adapters import gated
+from pardec.training.markov import forward_blocks
 
 KINDS = ("hidden", "revealed", "clean")
 TOPS = (1, 2, 4, 8)
 
 
-@torch.no_grad()
 def block_logits(
     model, mask_id: int, text: list[int], blocks: list[tuple[int, list[int]]]
 ) -> list[torch.Tensor]:
     """Logits [D, V] of each block (start position, slot tokens) fed after text[:start], all in one
     forward beside the clean text."""
-    ids, pos, blk, start = list(text), list(range(len(text))), [CLEAN] * len(text), [0] * len(text)
-    offsets = []
-    for b, (s, slots) in enumerate(blocks):
-        offsets.append(len(ids))
-        ids += slots
-        pos += range(s, s + len(slots))
-        blk += [b] * len(slots)
-        start += [s] * len(slots)
-    ids_t, pos_t, blk_t, st_t = (torch.tensor([v]) for v in (ids, pos, blk, start))  # each [1, Q]
-    allowed = block_attention(pos_t, blk_t, st_t, pos_t, blk_t, torch.ones_like(ids_t, dtype=torch.bool))
-    with gated(model, ids_t == mask_id):
-        out = model(input_ids=ids_t, attention_mask=additive(allowed, model.dtype), position_ids=pos_t)
-    logits = out.logits[0].float()  # [Q, V]
-    logits[:, mask_id] = float("-inf")
-    return [logits[o : o + len(slots)] for o, (_, slots) in zip(offsets, blocks)]
+    logits, _ = forward_blocks(model, mask_id, text, blocks)  # [N, V]
+    return list(logits.split([len(slots) for _, slots in blocks]))
 
 
 def run_length(drafts: list[int], truth: list[int]) -> int:

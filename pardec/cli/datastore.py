@@ -41,8 +41,7 @@ def run(args) -> None:
     from ..training.sources import ContaminationFilter
 
     rows = [r for path in args.data for r in read_pairs(path)]
-    filt = ContaminationFilter.from_benchmarks()
-    kept = [r for r in rows if not filt(r["prompt"]) and not filt(r["response"])]
+    kept = ContaminationFilter.from_benchmarks().clean_rows(rows)
     if not kept:
         raise PardecError("no answers left to store (every row empty or overlapping a benchmark)")
     t = time.perf_counter()

@@ -84,8 +84,7 @@ def run(args) -> None:
             f"'{args.model}' has no adapter here (--adapter): a Markov head re-ranks a trained block"
         )
     rows = read_data(args.data, args.seed)
-    filt = ContaminationFilter.from_benchmarks()
-    kept = [r for r in rows if not filt(r["prompt"]) and not filt(r["response"])]
+    kept = ContaminationFilter.from_benchmarks().clean_rows(rows)
     examples = tokenize(lm.model, lm.tokenizer, kept, args.max_length)
     if not examples:
         raise PardecError("no answers to train on (every row empty or overlapping a benchmark)")

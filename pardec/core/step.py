@@ -114,13 +114,7 @@ def block_step(
         q_valid=q_valid,
         q_causal=q_causal,
     )  # [B, P + N, S + P + N]
-    head_input = {}
-    hook = None
-    if block_hidden and N:  # what the output head sees: the one hidden state every architecture has
-        hook = model.get_output_embeddings().register_forward_hook(
-            lambda module, args, output: head_input.__setitem__("h", args[0])
-        )
-    with gated(model, ids == mask_id), _removed(hook):
+    with gated(model, ids == mask_id), head_input(model, block_hidden and N > 0) as fed_head:
         out = model(
             input_ids=ids,
             attention_mask=additive(allowed, model.dtype),
@@ -133,14 +127,22 @@ def block_step(
     logits = out.logits.float()  # [B, n_ntp + N, V]
     logits[..., mask_id] = float("-inf")
     hidden = tuple(h[:, :P] for h in out.hidden_states) if hidden_states else None
-    slots_hidden = head_input["h"][:, -N:] if hook is not None else None  # [B, N, H]
+    slots_hidden = fed_head["h"][:, -N:] if "h" in fed_head else None  # [B, N, H]
     return StepOutput(logits[:, :n_ntp], logits[:, n_ntp:], fed_pos, pending_valid, hidden, slots_hidden)
 
 
 @contextmanager
-def _removed(hook):
+def head_input(model, wanted: bool = True):
+    """Within: what the output head is fed ({"h": [B, Q', H]}, the positions whose logits are kept),
+    the one final hidden state every architecture has; an empty dict where not `wanted`."""
+    got = {}
+    hook = None
+    if wanted:
+        hook = model.get_output_embeddings().register_forward_hook(
+            lambda module, args, output: got.__setitem__("h", args[0])
+        )
     try:
-        yield
+        yield got
     finally:
         if hook is not None:
             hook.remove()

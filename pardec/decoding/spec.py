@@ -52,7 +52,6 @@ import torch
 from ..core import cost as step_cost
 from ..core.step import Block
 from ..core.verify import accept_with_branches
-from ..model import markov
 from . import lookup, schedule
 from .policy import Method, register
 from .state import Row, Update
@@ -686,7 +685,7 @@ def prepare(lm, config, sets_block_size: bool, options: dict):
     head = lm.markov if config.markov else None
     cal = lm.calibration
     if head is not None and cal is not None:
-        cal = cal.for_markov(markov.head_sha256(lm.adapter))
+        cal = cal.for_markov(head.sha256)
     extras = {
         "calibration": cal,
         "trained_block": lm.adapter is not None,

@@ -54,6 +54,7 @@ class MarkovHead(nn.Module):
         super().__init__()
         H, r = settings.hidden_size, settings.rank
         self.settings = settings
+        self.sha256 = ""  # of the weights file it was loaded from (a calibration fitted with it records it)
         self.embed_in, self.embed_out = embed_in.detach(), embed_out.detach()  # the model's, not parameters
         self.norm_h, self.norm_prev = nn.LayerNorm(H), nn.LayerNorm(H)
         self.slot = nn.Embedding(settings.block_size, r)
@@ -124,9 +125,6 @@ class MarkovHead(nn.Module):
             prev = int(token[0])
         return out, torch.cat(tokens), torch.cat(probs) if probs else None
 
-    def tensors(self) -> dict[str, torch.Tensor]:
-        return {k: v for k, v in self.state_dict().items()}
-
 
 def head_sha256(folder: str | Path) -> str:
     """Of the head's weights file: a calibration fitted with this head records it."""
@@ -136,7 +134,7 @@ def head_sha256(folder: str | Path) -> str:
 
 def save(folder: str | Path, head: MarkovHead) -> Path:
     folder = Path(folder)
-    save_file({k: v.detach().contiguous().cpu() for k, v in head.tensors().items()}, str(folder / WEIGHTS))
+    save_file({k: v.detach().contiguous().cpu() for k, v in head.state_dict().items()}, str(folder / WEIGHTS))
     (folder / SETTINGS).write_text(json.dumps(asdict(head.settings), indent=1) + "\n")
     return folder / WEIGHTS
 
@@ -169,4 +167,5 @@ def load(adapter: Path | None, embed_in: torch.Tensor, embed_out: torch.Tensor) 
         head.load_state_dict(tensors)
     except RuntimeError as e:
         raise PardecError(f"Markov head weights in '{folder / WEIGHTS}' do not fit its settings: {e}") from e
+    head.sha256 = head_sha256(folder)
     return head.eval()  # kept in float32: it is small, and its corrections are fine

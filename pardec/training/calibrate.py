@@ -30,7 +30,7 @@ from ..decoding import METHODS, DecodeConfig, decode
 from ..decoding.engine import GenerationResult
 from ..decoding.schedule import Memory
 from ..decoding.spec import lookup_extras
-from ..model import LoadedModel, markov
+from ..model import LoadedModel
 from ..model import calibration as cal
 
 
@@ -157,7 +157,7 @@ def calibrate(
         results = scorer.decode(spec, extras={"calibration": None, "markov": head})
         m_verified = [s for r in results for s in r.verified_per_step]
         m_fit = cal.fit(*cal.observations(m_verified), fitted.adapter_sha256)
-        sha = markov.head_sha256(lm.adapter)
+        sha = head.sha256
         fitted = dataclasses.replace(
             fitted, markov_sha256=sha, markov_acceptance=m_fit.acceptance, markov_counts=m_fit.counts
         )

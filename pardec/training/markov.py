@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from ..core.masks import CLEAN, additive, block_attention
+from ..core.step import head_input
 from ..model import calibration
 from ..model.adapters import gated
 from ..model.markov import MarkovHead, MarkovSettings
@@ -54,33 +55,41 @@ class Blocks:
 
 
 @torch.no_grad()
+def forward_blocks(
+    model, mask_id: int, text: list[int], blocks: list[tuple[int, list[int]]], hidden: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Blocks (start s, slot tokens) fed after text[:s], all in one forward beside the clean text, each
+    seeing only its own prefix and itself. Returns the slots' logits [N, V] (float32, [MASK]
+    suppressed) and, with `hidden`, their final hidden states [N, H], block after block."""
+    N = sum(len(slots) for _, slots in blocks)
+    tok, pos = list(text), list(range(len(text)))
+    blk, first = [CLEAN] * len(text), [0] * len(text)
+    for b, (s, slots) in enumerate(blocks):
+        tok += slots
+        pos += range(s, s + len(slots))
+        blk += [b] * len(slots)
+        first += [s] * len(slots)
+    tok_t, pos_t, blk_t, first_t = (torch.tensor([v]) for v in (tok, pos, blk, first))  # each [1, Q]
+    allowed = block_attention(pos_t, blk_t, first_t, pos_t, blk_t, torch.ones_like(tok_t, dtype=torch.bool))
+    with gated(model, tok_t == mask_id), head_input(model, hidden) as fed_head:
+        out = model(
+            input_ids=tok_t,
+            attention_mask=additive(allowed, model.dtype),
+            position_ids=pos_t,
+            logits_to_keep=N,
+        )
+    logits = out.logits[0].float()  # [N, V]
+    logits[:, mask_id] = float("-inf")
+    return logits, fed_head["h"][0, -N:] if hidden else None
+
+
 def feed_blocks(model, mask_id: int, ids: list[int], starts: list[int], D: int, K: int):
     """Blocks of D [MASK] after ids[:s] for each s in starts, in one forward beside the clean text:
     (hidden [n, D, H], top ids [n, D, K], top logits [n, D, K])."""
-    n, N = len(starts), len(starts) * D
-    tok = list(ids) + [mask_id] * N
-    pos = list(range(len(ids))) + [s + j for s in starts for j in range(D)]
-    blk = [CLEAN] * len(ids) + [b for b in range(n) for _ in range(D)]
-    first = [0] * len(ids) + [s for s in starts for _ in range(D)]
-    tok_t, pos_t, blk_t, first_t = (torch.tensor([v]) for v in (tok, pos, blk, first))  # each [1, Q]
-    allowed = block_attention(pos_t, blk_t, first_t, pos_t, blk_t, torch.ones_like(tok_t, dtype=torch.bool))
-    got = {}
-    hook = model.get_output_embeddings().register_forward_hook(lambda m, a, o: got.__setitem__("h", a[0]))
-    try:
-        with gated(model, tok_t == mask_id):
-            out = model(
-                input_ids=tok_t,
-                attention_mask=additive(allowed, model.dtype),
-                position_ids=pos_t,
-                logits_to_keep=N,
-            )
-    finally:
-        hook.remove()
-    logits = out.logits[0].float()  # [N, V]
-    logits[:, mask_id] = float("-inf")
+    n = len(starts)
+    logits, hidden = forward_blocks(model, mask_id, ids, [(s, [mask_id] * D) for s in starts], hidden=True)
     top = logits.topk(K, -1)
-    H = got["h"].shape[-1]
-    return got["h"][0, -N:].reshape(n, D, H), top.indices.reshape(n, D, K), top.values.reshape(n, D, K)
+    return hidden.reshape(n, D, -1), top.indices.reshape(n, D, K), top.values.reshape(n, D, K)
 
 
 def collect(lm, examples: list[Example], D: int, cfg: MarkovConfig, progress: bool = True) -> Blocks:

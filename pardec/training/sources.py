@@ -292,6 +292,10 @@ class ContaminationFilter:
         joined = " " + " ".join(w) + " "
         return any(f" {s} " in joined for s in self.short)
 
+    def clean_rows(self, rows: list[dict]) -> list[dict]:
+        """The distilled rows whose prompt and response both overlap no benchmark item."""
+        return [r for r in rows if not self(r["prompt"]) and not self(r["response"])]
+
     @classmethod
     def from_benchmarks(cls) -> ContaminationFilter:
         """Every text of every benchmark task (pardec.tasks): HumanEval (all 164 prompts and
