@@ -1,28 +1,38 @@
-"""Session 48's offline check: what adaptive spec's steps are, by the source of their chain (looked-up,
-the block's, none), whether they were plain (no block fed) and how many blocks they fed; with the
-tokens each committed. One process, the prompts one after another, not interleaved: the tokens/s
-printed are a rough guide only (`pardec bench` gives the speeds).
+"""Offline check of what adaptive spec's steps are, by the source of their chain (looked-up, the
+block's, none), whether they were plain (no block fed) and how many blocks they fed; with the tokens
+each committed. One process, the prompts one after another, not interleaved: the tokens/s printed are a
+rough guide only (`pardec bench` gives the speeds). "modeled" prices every step on this machine's
+measured step-cost curve (what the schedule plans with): free of timing noise, it compares schedules
+on the same text (in bf16 the texts may still part at near-ties).
 
     python benchmarks/markov-head/step_anatomy.py gsm8k:0-5 6 "" plan_ahead=true plan_ahead=true,fallback=true
 
 Each argument after the count is one decoding (comma-separated true/false settings of DecodeConfig;
-"" the defaults). `noplain=true` forbids plain steps that verify a looked-up chain.
+"" the defaults). `noplain=true` forbids plain steps that verify a looked-up chain; `oldcredit=true`
+credits `plan_ahead` with the drafts accepted where the block's chain was fed (session 48) instead of
+the block drafts' gain over the looked-up ones.
+
+With FP32=1 the model decodes in float32, where spec's output is AR's token for token whatever the
+schedule, while every step is still priced and planned on the bf16 curve: the modeled speeds then
+compare schedules on one text.
 """
 
 import collections
 import dataclasses
+import os
 import sys
 import time
 
 import torch
 
 from pardec import configure
-from pardec.decoding import METHODS, DecodeConfig, decode
+from pardec.core import cost as step_cost
+from pardec.decoding import METHODS, DecodeConfig, decode, schedule
 from pardec.decoding.spec import Speculative
 from pardec.model import load_model
 from pardec.tasks import load_tasks
 
-log, settings = [], {"noplain": False}
+log, settings = [], {"noplain": False, "oldcredit": False}
 
 
 class Anatomy(Speculative):
@@ -38,19 +48,37 @@ class Anatomy(Speculative):
         return False if settings["noplain"] else super()._plain_pays_more(row)
 
     def update(self, row, ntp, block, hidden=None):
+        st = row.state
+        extra = (0 if st.fork is None else self.branch_tokens(row)) + self.extra_slots(row)
+        slots = False if self.plain(row) else self.width
+        modeled = schedule.step_seconds(self.cost, 1 + len(st.tokens) + extra, len(row.committed), slots)
+        old = (st.plan, len(st.tokens) and not st.from_lookup)
         upd = super().update(row, ntp, block, hidden)
-        log.append(dict(self._rec, commit=len(upd.commit)))
+        plan, block_chain = old
+        if settings["oldcredit"]:
+            got = getattr(plan, "old_gain", None)
+            if block_chain:
+                n = upd.keep_drafts
+                plan.old_gain = n if got is None else got + schedule.EMA * (n - got)
+            plan.block_gain = getattr(plan, "old_gain", None)
+        log.append(dict(self._rec, commit=len(upd.commit), modeled=modeled))
         return upd
 
 
 METHODS["spec"] = dataclasses.replace(METHODS["spec"], policy=Anatomy)
 task, n, opts = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 lm = load_model("qwen2.5-coder-0.5b", dtype=torch.bfloat16)
+bf16_cost = step_cost.for_model(lm, 8)
+if os.environ.get("FP32") == "1":
+    del lm
+    lm = load_model("qwen2.5-coder-0.5b", dtype=torch.float32)
 items = load_tasks(task)[:n]
 for opt in opts:
     kw = {k: v == "true" for k, v in (kv.split("=") for kv in opt.split(",") if kv)}
-    settings["noplain"] = kw.pop("noplain", False)
+    for k in settings:
+        settings[k] = kw.pop(k, False)
     cfg, extras = configure(lm, DecodeConfig(method="spec", block_size=8, max_new_tokens=256, **kw))
+    extras["cost"] = bf16_cost
     log.clear()
     t0 = time.perf_counter()
     for it in items:
@@ -63,8 +91,11 @@ for opt in opts:
         by[k][1] += r["commit"]
         by[k][2] += r["fed"]
     tokens = sum(r["commit"] for r in log)
+    modeled = sum(r["modeled"] for r in log)
     print(
-        f"{opt or 'defaults'}: TPF {tokens / len(log):.3f}, {len(log)} steps, {tokens / seconds:.2f} tokens/s"
+        f"\n{opt or 'defaults'}: TPF {tokens / len(log):.3f}, {len(log)} steps, {tokens} tokens, "
+        f"{tokens / seconds:.2f} tokens/s, modeled {tokens / modeled:.2f} tokens/s",
+        flush=True,
     )
     for k, (c, t, f) in sorted(by.items(), key=lambda x: -x[1][0]):
         print(

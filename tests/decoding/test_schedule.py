@@ -415,3 +415,38 @@ def test_plan_ahead_counts_the_next_steps_block_drafts_against_a_plain_lookup_st
     assert policy._plain_pays_more(row) == (not plan_ahead)
     st.plan.block_drafts = 0.5  # blocks that have yielded little do not pay for their slots
     assert policy._plain_pays_more(row)
+
+
+
+def test_plan_ahead_learns_what_the_blocks_drafts_yield_where_they_are_verified():
+    """The credit plan_ahead gives a block step: a moving average of the drafts accepted at steps that
+    verified the block's drafts; steps verifying looked-up drafts, or none, leave it as it was."""
+    from pardec.decoding.spec import SpecDrafts, Speculative
+    from pardec.decoding.state import Row
+
+    class Verdict(Speculative):  # the target's verdict, given: `accepted` drafts, then a bonus
+        accepted = 2
+
+        def _verify_tree(self, row, ntp, block):
+            st = row.state
+            return self.accepted, st.tokens[: self.accepted] + [8], self.accepted
+
+    config = DecodeConfig(method="spec", block_size=4, adaptive=True)
+    assert config.plan_ahead  # the default
+    policy = Verdict(config, 9, None, extras={"cost": linear_cost(per_token=0.01, block=0.3)})
+    slots = torch.randn(4, 12)  # [D, V] the fed block's logits: the next drafts come from them
+    plan = Plan()
+
+    def step(tokens, from_lookup=False, accepted=2):
+        st = SpecDrafts(tokens=tokens, from_lookup=from_lookup, plan=plan)
+        st.plan.block, st.plan.fed = True, len(tokens)
+        policy.accepted = accepted
+        policy.update(Row(0, list(range(20)), 10, 100, st), None, slots)
+
+    step([5, 6, 7], from_lookup=True)  # a looked-up chain: nothing learned of the block's drafts
+    step([])  # no drafts (a probe): nothing either
+    assert plan.block_drafts is None
+    step([5, 6, 7])
+    assert plan.block_drafts == 2
+    step([5, 6, 7], accepted=0)
+    assert plan.block_drafts == pytest.approx(2 - 0.3 * 2)
