@@ -417,7 +417,6 @@ def test_plan_ahead_counts_the_next_steps_block_drafts_against_a_plain_lookup_st
     assert policy._plain_pays_more(row)
 
 
-
 def test_plan_ahead_learns_what_the_blocks_drafts_yield_where_they_are_verified():
     """The credit plan_ahead gives a block step: a moving average of the drafts accepted at steps that
     verified the block's drafts; steps verifying looked-up drafts, or none, leave it as it was."""
