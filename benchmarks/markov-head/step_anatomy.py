@@ -8,9 +8,11 @@ on the same text (in bf16 the texts may still part at near-ties).
     python benchmarks/markov-head/step_anatomy.py gsm8k:0-5 6 "" plan_ahead=true plan_ahead=true,fallback=true
 
 Each argument after the count is one decoding (comma-separated true/false settings of DecodeConfig;
-"" the defaults). `noplain=true` forbids plain steps that verify a looked-up chain; `oldcredit=true`
-credits `plan_ahead` with the drafts accepted where the block's chain was fed (session 48) instead of
-the block drafts' gain over the looked-up ones.
+"" the defaults). `noplain=true` forbids plain steps that verify a looked-up chain; `gaincredit=true`
+credits `plan_ahead` with the block drafts' counterfactual gain (what a step with them committed beyond
+what its best looked-up drafts alone would have; 0 at a plain step) instead of the drafts the block's
+chains accepted (session 49's comparison, `benchmarks/plan-ahead.md`; its logs name the default credit
+`oldcredit=true` and this one plain `plan_ahead=true`).
 
 With FP32=1 the model decodes in float32, where spec's output is AR's token for token whatever the
 schedule, while every step is still priced and planned on the bf16 curve: the modeled speeds then
@@ -28,11 +30,11 @@ import torch
 from pardec import configure
 from pardec.core import cost as step_cost
 from pardec.decoding import METHODS, DecodeConfig, decode, schedule
-from pardec.decoding.spec import Speculative
+from pardec.decoding.spec import Speculative, _shared
 from pardec.model import load_model
 from pardec.tasks import load_tasks
 
-log, settings = [], {"noplain": False, "oldcredit": False}
+log, settings = [], {"noplain": False, "gaincredit": False}
 
 
 class Anatomy(Speculative):
@@ -47,20 +49,26 @@ class Anatomy(Speculative):
     def _plain_pays_more(self, row):
         return False if settings["noplain"] else super()._plain_pays_more(row)
 
+    def draft_from(self, row, *args, **kwargs):
+        row.state.from_block = True  # the next step has the block's drafts
+        super().draft_from(row, *args, **kwargs)
+
     def update(self, row, ntp, block, hidden=None):
         st = row.state
         extra = (0 if st.fork is None else self.branch_tokens(row)) + self.extra_slots(row)
         slots = False if self.plain(row) else self.width
         modeled = schedule.step_seconds(self.cost, 1 + len(st.tokens) + extra, len(row.committed), slots)
-        old = (st.plan, len(st.tokens) and not st.from_lookup)
+        plan, look, plain = st.plan, list(st.look), self.plain(row)
+        from_block, st.from_block = getattr(st, "from_block", False), False
         upd = super().update(row, ntp, block, hidden)
-        plan, block_chain = old
-        if settings["oldcredit"]:
-            got = getattr(plan, "old_gain", None)
-            if block_chain:
-                n = upd.keep_drafts
-                plan.old_gain = n if got is None else got + schedule.EMA * (n - got)
-            plan.block_gain = getattr(plan, "old_gain", None)
+        if settings["gaincredit"]:
+            if from_block:
+                commit = upd.commit
+                alone = min(len(commit), 1 + _shared(look, commit))  # a plain step on the lookups
+                gain = 0 if plain else len(commit) - alone
+                got = getattr(plan, "gain", None)
+                plan.gain = gain if got is None else got + schedule.EMA * (gain - got)
+            plan.block_drafts = getattr(plan, "gain", None)
         log.append(dict(self._rec, commit=len(upd.commit), modeled=modeled))
         return upd
 

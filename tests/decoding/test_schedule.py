@@ -430,8 +430,7 @@ def test_plan_ahead_learns_what_the_blocks_drafts_yield_where_they_are_verified(
             st = row.state
             return self.accepted, st.tokens[: self.accepted] + [8], self.accepted
 
-    config = DecodeConfig(method="spec", block_size=4, adaptive=True)
-    assert config.plan_ahead  # the default
+    config = DecodeConfig(method="spec", block_size=4, adaptive=True, plan_ahead=True)
     policy = Verdict(config, 9, None, extras={"cost": linear_cost(per_token=0.01, block=0.3)})
     slots = torch.randn(4, 12)  # [D, V] the fed block's logits: the next drafts come from them
     plan = Plan()
