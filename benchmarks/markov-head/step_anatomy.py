@@ -35,6 +35,7 @@ from pardec.model import load_model
 from pardec.tasks import load_tasks
 
 log, settings = [], {"noplain": False, "gaincredit": False}
+clock = {"last": None}  # the end of the row's last step (None: the next one follows the prefill)
 
 
 class Anatomy(Speculative):
@@ -69,7 +70,10 @@ class Anatomy(Speculative):
                 got = getattr(plan, "gain", None)
                 plan.gain = gain if got is None else got + schedule.EMA * (gain - got)
             plan.block_drafts = getattr(plan, "gain", None)
-        log.append(dict(self._rec, commit=len(upd.commit), modeled=modeled))
+        now, last = time.perf_counter(), clock["last"]
+        clock["last"] = now
+        real = None if last is None else now - last  # the whole step: lookups, drafts, forward, verdict
+        log.append(dict(self._rec, commit=len(upd.commit), modeled=modeled, real=real))
         return upd
 
 
@@ -90,14 +94,19 @@ for opt in opts:
     log.clear()
     t0 = time.perf_counter()
     for it in items:
+        clock["last"] = None
         decode(lm.model, [lm.encode(it.prompt, True)], cfg, lm.mask_id, lm.stop_ids, extras=extras)
     seconds = time.perf_counter() - t0
-    by = collections.defaultdict(lambda: [0, 0, 0])
+    by = collections.defaultdict(lambda: [0, 0, 0, 0.0, 0.0, 0])
     for r in log:
         k = (r["src"], "plain" if r["plain"] else f"{r['nblocks']} block(s)")
         by[k][0] += 1
         by[k][1] += r["commit"]
         by[k][2] += r["fed"]
+        if r["real"] is not None:
+            by[k][3] += r["real"]
+            by[k][4] += r["modeled"]
+            by[k][5] += 1
     tokens = sum(r["commit"] for r in log)
     modeled = sum(r["modeled"] for r in log)
     print(
@@ -105,7 +114,8 @@ for opt in opts:
         f"{tokens / seconds:.2f} tokens/s, modeled {tokens / modeled:.2f} tokens/s",
         flush=True,
     )
-    for k, (c, t, f) in sorted(by.items(), key=lambda x: -x[1][0]):
+    for k, (c, t, f, real, mod, timed) in sorted(by.items(), key=lambda x: -x[1][0]):
         print(
             f"  chain {k[0]:6s} {k[1]:10s} steps {c:4d}  committed a step {t / c:.2f}  drafts fed a step {f / c:.2f}"
+            f"  ms a step: real {1000 * real / max(timed, 1):.0f}, modeled {1000 * mod / max(timed, 1):.0f}"
         )
