@@ -147,8 +147,15 @@ def train(
 ) -> tuple[MarkovHead, list[dict]]:
     """Collect blocks over `examples`, train a head on 1 - cfg.heldout of them; returns the head and a
     history with the held-out accuracy and mean run after every epoch."""
-    torch.manual_seed(cfg.seed)
     blocks = collect(lm, examples, D, cfg, progress)
+    return fit(lm, blocks, D, cfg, len(examples), progress)
+
+
+def fit(
+    lm, blocks: Blocks, D: int, cfg: MarkovConfig, answers: int, progress: bool = True
+) -> tuple[MarkovHead, list[dict]]:
+    """Train a head on 1 - cfg.heldout of collected `blocks` (over `answers` answers); see train()."""
+    torch.manual_seed(cfg.seed)
     order = torch.randperm(len(blocks))
     n_held = max(1, int(len(blocks) * cfg.heldout)) if len(blocks) > 1 else 0
     held, fit = blocks.select(order[:n_held]), blocks.select(order[n_held:])
@@ -160,7 +167,7 @@ def train(
         rank=cfg.rank,
         top_k=cfg.top_k,
         adapter_sha256=calibration.weights_sha256(lm.adapter) if lm.adapter is not None else "",
-        training={**asdict(cfg), "answers": len(examples), "blocks": len(blocks)},
+        training={**asdict(cfg), "answers": answers, "blocks": len(blocks)},
     )
     head = MarkovHead(settings, embed_in, embed_out)
     *inputs, label = slot_examples(fit)
