@@ -1,6 +1,6 @@
 """Session 50: does the Markov head gain from more answers, a wider rank or more epochs? (not timed)
 
-    python benchmarks/markov-head/sweep_markov.py CACHE_DIR [FILE:N ...]
+    python benchmarks/markov-head/sweep_markov.py CACHE_DIR [FILE:N ...] [VARIANT ...]
 
 Feeds the adapter's blocks over each file's drawn answers once (cached in CACHE_DIR as safetensors, so
 a rerun only trains), then trains heads on the first `share` of each file's answers at several ranks and
@@ -72,7 +72,9 @@ def per_answer_blocks(lm, examples, cfg) -> tuple[Blocks, torch.Tensor]:
 def main():
     cache = Path(sys.argv[1])
     cache.mkdir(parents=True, exist_ok=True)
-    specs = sys.argv[2:] or DEFAULT_DATA
+    # FILE:N arguments draw other data; others pick the variants whose label contains them
+    specs = [a for a in sys.argv[2:] if ".jsonl" in a] or DEFAULT_DATA
+    want = [a for a in sys.argv[2:] if ".jsonl" not in a]
     lm = load_model("qwen2.5-coder-0.5b", dtype=torch.bfloat16)
     cfg = MarkovConfig()
     screen = ContaminationFilter.from_benchmarks()
@@ -117,11 +119,13 @@ def main():
     variants = [
         ("bundled draw, rank 256, 4 epochs", BUNDLED, cfg),
         ("all drawn, rank 256, 4 epochs", None, cfg),
+        ("all drawn, rank 256, 4 epochs, context 2", None, replace(cfg, context=2)),
         ("all drawn, rank 512, 4 epochs", None, replace(cfg, rank=512)),
         ("all drawn, rank 256, 6 epochs", None, replace(cfg, epochs=6)),
-        ("all drawn, rank 512, 6 epochs", None, replace(cfg, rank=512, epochs=6)),
+        ("all drawn, rank 512, 4 epochs, context 2", None, replace(cfg, rank=512, context=2)),
     ]
-    for label, limits, c in variants:
+    only = [v for v in variants if not want or any(w in v[0] for w in want)]
+    for label, limits, c in only:
         blocks = subset(limits)
         t = time.perf_counter()
         head, history = fit(lm, blocks, D, c, 0, progress=False)

@@ -35,6 +35,8 @@ def add_arguments(p) -> None:
     p.add_argument("--rank", type=int, default=d.rank, help=f"the head's hidden width (default {d.rank})")
     p.add_argument("--top-k", type=int, default=d.top_k,
                    help=f"tokens per slot it re-ranks (default {d.top_k})")
+    p.add_argument("--context", type=int, default=d.context, choices=(1, 2),
+                   help=f"tokens before a draft the head conditions on (default {d.context})")
     p.add_argument("--epochs", type=int, default=d.epochs, help=f"default {d.epochs}")
     p.add_argument("--lr", type=float, default=d.lr, help=f"peak learning rate (default {d.lr})")
     p.add_argument("--seed", type=int, default=d.seed, help=f"default {d.seed}")
@@ -89,7 +91,7 @@ def run(args) -> None:
     if not examples:
         raise PardecError("no answers to train on (every row empty or overlapping a benchmark)")
     cfg = MarkovConfig(blocks_per_text=args.blocks_per_text, rank=args.rank, top_k=args.top_k,
-                       epochs=args.epochs, lr=args.lr, seed=args.seed)  # fmt: skip
+                       epochs=args.epochs, lr=args.lr, seed=args.seed, context=args.context)  # fmt: skip
     t = time.perf_counter()
     head, history = train(lm, examples, lm.trained_block_size, cfg)
     head.settings = dataclasses.replace(

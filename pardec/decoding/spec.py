@@ -59,6 +59,7 @@ from .verifier import Drafts, Verifier
 
 PRIOR_TOKENS = 2.0  # tokens a row's block step is taken to commit before it has done one
 PRIOR_BLOCK_DRAFTS = 1.0  # drafts of a block's taken to be accepted before any was verified
+MARKOV_CONTEXT = 4  # committed tokens kept before a block for its Markov head (it uses its `context`)
 
 
 @dataclass
@@ -620,8 +621,10 @@ class Speculative(Verifier):
         first = 1 + path - L if L is not None else D
         if first < D:
             slots_hidden = None if hidden is None else hidden[k * D : (k + 1) * D]  # [D, H]
+            # The text before slot 0, for a Markov head conditioning on the tokens before a draft.
+            past = row.committed[-MARKOV_CONTEXT:] + commit[:L]
             commit = commit + self.next_drafts(
-                row, block[k * D : (k + 1) * D], first, commit[L:], slots_hidden
+                row, block[k * D : (k + 1) * D], first, commit[L:], slots_hidden, past
             )
         else:
             # No block was fed early enough: the next forward drafts afresh.
@@ -649,23 +652,26 @@ class Speculative(Verifier):
                 return R, len(lengths) + hit[0]
         return L, k
 
-    def next_drafts(self, row, slots: torch.Tensor, first: int, text: list[int], hidden=None) -> list[int]:
+    def next_drafts(
+        self, row, slots: torch.Tensor, first: int, text: list[int], hidden=None, past: list[int] = ()
+    ) -> list[int]:
         """The next drafts from a block's slots [D, V], of which `first` on follow the committed text;
-        `text` holds the committed tokens at slots 0 .. first - 1; `hidden` [D, H] the slots' final
-        hidden states (with a Markov head). Returns tokens to commit at once: none here, where every
-        draft waits for the target's verdict (a lossy method commits some)."""
-        self.draft_from(row, slots, first, text[-1], hidden)
+        `text` holds the committed tokens at slots 0 .. first - 1, `past` the committed ones before slot
+        0 (the last few); `hidden` [D, H] the slots' final hidden states (with a Markov head). Returns
+        tokens to commit at once: none here, where every draft waits for the target's verdict (a lossy
+        method commits some)."""
+        self.draft_from(row, slots, first, list(past) + text, hidden)
         return []
 
-    def draft_from(self, row, slots: torch.Tensor, first: int, prev: int, hidden=None) -> None:
-        """The next drafts: the block's slots [D, V] from `first` on, the committed token before them
-        `prev`. With a Markov head each draft is re-ranked given the one before it."""
+    def draft_from(self, row, slots: torch.Tensor, first: int, before: list[int], hidden=None) -> None:
+        """The next drafts: the block's slots [D, V] from `first` on, `before` the committed text before
+        them (its last few tokens). With a Markov head each draft is re-ranked given the ones before it."""
         if self.markov is None or hidden is None:
             self.set_drafts(row, slots[first:])
             return
         greedy = self.cfg.temperature == 0
         chain = self.markov.chain(
-            slots[first:], hidden[first:], first, prev, None if greedy else self._choose
+            slots[first:], hidden[first:], first, before, None if greedy else self._choose
         )
         logits, tokens, probs = chain
         self.set_drafts(row, logits, chosen=(tokens, probs))

@@ -61,10 +61,12 @@ class Threshold(Speculative):
         if config.threshold is None:
             raise PardecError("threshold 'auto' is resolved by api.configure from the adapter's calibration")
 
-    def next_drafts(self, row, slots: torch.Tensor, first: int, text: list[int], hidden=None) -> list[int]:
+    def next_drafts(
+        self, row, slots: torch.Tensor, first: int, text: list[int], hidden=None, past: list[int] = ()
+    ) -> list[int]:
         """Commit the confident prefix of the slots after `first` ([D, V] slots; `text`: the committed
-        tokens at slots 0 .. first - 1; `hidden` [D, H] with a Markov head) and make the rest the next
-        drafts."""
+        tokens at slots 0 .. first - 1, `past` the last few before slot 0; `hidden` [D, H] with a Markov
+        head) and make the rest the next drafts."""
         keep: list[int] = []
         if slots[:first].argmax(-1).tolist() == text:  # spec calls this with first < D only
             tokens, _ = self._choose(slots[first:])  # [D - first]
@@ -73,7 +75,7 @@ class Threshold(Speculative):
                 keep.append(int(tokens[len(keep)]))
         rest = first + len(keep)
         if rest < len(slots):
-            self.draft_from(row, slots, rest, (text + keep)[-1], hidden)
+            self.draft_from(row, slots, rest, list(past) + text + keep, hidden)
         else:
             row.state.clear()  # the whole block committed: the next forward drafts afresh
         return keep

@@ -3,9 +3,10 @@
 A block's slots are predicted together, each not knowing which token the slot before it will hold:
 where slot 0 guesses the bonus right, slot 1 is still right far less often than in a block that saw the
 bonus (`benchmarks/amx-placement.md`). The head re-ranks each draft slot's K likeliest tokens given the
-token before the slot (the bonus, or the draft chosen there), from the slot's final hidden state:
+token before the slot (the bonus, or the draft chosen there), and with `context` 2 the one before that
+too, from the slot's final hidden state:
 
-    score(v) = z(v) + W_out[v] . MLP([norm(h); norm(E[prev])] + slot embedding)
+    score(v) = z(v) + W_out[v] . MLP([norm(h); norm(E[prev_c]); ...; norm(E[prev_1])] + slot embedding)
 
 over v in the slot's top K, renormalised so the top K keep the block's total mass. Its second layer
 starts at zero, so an untrained head leaves the block's drafts as they were. It costs one small MLP and K
@@ -42,13 +43,15 @@ class MarkovSettings:
     block_size: int  # slots it was trained for; slot embeddings beyond it are clamped to the last
     rank: int = 256
     top_k: int = 32
+    context: int = 1  # tokens before the slot it conditions on (the nearest last)
     adapter_sha256: str = ""  # the adapter weights whose block it re-ranks
     training: dict = field(default_factory=dict)  # how it was trained, for the record
 
 
 class MarkovHead(nn.Module):
-    """Re-ranks a slot's top-K tokens given the token before it. The model's embeddings are passed in,
-    not copied: `embed_in` [V, H] for the previous token, `embed_out` [V, H] for the candidates."""
+    """Re-ranks a slot's top-K tokens given the `context` tokens before it. The model's embeddings are
+    passed in, not copied: `embed_in` [V, H] for the previous tokens, `embed_out` [V, H] for the
+    candidates."""
 
     def __init__(self, settings: MarkovSettings, embed_in: torch.Tensor, embed_out: torch.Tensor):
         super().__init__()
@@ -58,7 +61,7 @@ class MarkovHead(nn.Module):
         self.embed_in, self.embed_out = embed_in.detach(), embed_out.detach()  # the model's, not parameters
         self.norm_h, self.norm_prev = nn.LayerNorm(H), nn.LayerNorm(H)
         self.slot = nn.Embedding(settings.block_size, r)
-        self.up = nn.Linear(2 * H, r)
+        self.up = nn.Linear((1 + settings.context) * H, r)
         self.down = nn.Linear(r, H)
         nn.init.zeros_(self.down.weight)
         nn.init.zeros_(self.down.bias)
@@ -66,7 +69,7 @@ class MarkovHead(nn.Module):
     def forward(
         self,
         hidden: torch.Tensor,  # [N, H] the slots' final hidden states (the output head's input)
-        prev: torch.Tensor,  # [N] the token before each slot
+        prev: torch.Tensor,  # [N] the token before each slot, or [N, context] the tokens (nearest last)
         slot: torch.Tensor,  # [N] each slot's index in its block
         top_ids: torch.Tensor,  # [N, K] the slot's K likeliest tokens
         top_logits: torch.Tensor,  # [N, K] their block logits
@@ -84,10 +87,13 @@ class MarkovHead(nn.Module):
     def rescore(
         self, part: torch.Tensor, prev: torch.Tensor, top_ids: torch.Tensor, top_logits: torch.Tensor
     ):
-        """The slots' first-layer part [N, r] (slot_part), the tokens before them [N] and their top K
-        ([N, K] ids and logits) -> [N, K] re-ranked logits."""
+        """The slots' first-layer part [N, r] (slot_part), the tokens before them ([N] or [N, context],
+        nearest last) and their top K ([N, K] ids and logits) -> [N, K] re-ranked logits."""
         H, dtype = self.settings.hidden_size, self.up.weight.dtype
-        e = self.norm_prev(self.embed_in[prev].to(dtype))  # [N, H]
+        prev = prev.reshape(part.shape[0], -1)  # [N, context]
+        if prev.shape[1] != self.settings.context:
+            raise ValueError(f"the head conditions on {self.settings.context} tokens, got {prev.shape[1]}")
+        e = self.norm_prev(self.embed_in[prev].to(dtype)).flatten(1)  # [N, context * H]
         delta = self.down(F.silu(part + F.linear(e, self.up.weight[:, H:])))  # [N, H]
         cand = self.embed_out[top_ids].to(dtype)  # [N, K, H]
         return top_logits.float() + torch.einsum("nkh,nh->nk", cand, delta).float()
@@ -98,7 +104,7 @@ class MarkovHead(nn.Module):
         logits: torch.Tensor,  # [m, V] block logits of consecutive draft slots
         hidden: torch.Tensor,  # [m, H] their final hidden states
         first_slot: int,  # the first one's index in its block
-        prev: int,  # the committed token before the first
+        prev: int | list[int],  # the committed token(s) before the first (nearest last)
         choose: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Draw the drafts one slot at a time, each re-ranked given the one chosen before it: the
@@ -108,10 +114,13 @@ class MarkovHead(nn.Module):
         top = logits.topk(min(self.settings.top_k, logits.shape[-1]), -1)  # [m, K]
         mass = top.values.logsumexp(-1, keepdim=True)  # [m, 1]
         part = self.slot_part(hidden, torch.arange(first_slot, first_slot + m))  # [m, r]
+        c = self.settings.context
+        before = [prev] if isinstance(prev, int) else list(prev)[-c:]
+        before = before[:1] * (c - len(before)) + before  # a text shorter than the context: repeat its first
         out, tokens, probs = logits.clone(), [], []
         for i in range(m):
             score = self.rescore(
-                part[i : i + 1], torch.tensor([prev]), top.indices[i : i + 1], top.values[i : i + 1]
+                part[i : i + 1], torch.tensor([before]), top.indices[i : i + 1], top.values[i : i + 1]
             )
             # The top K keep the block's mass among them; the tail stays as the block had it, so no
             # tail token can outrank the re-ranked top K.
@@ -122,7 +131,7 @@ class MarkovHead(nn.Module):
                 token, p = choose(out[i : i + 1])
                 probs.append(p)
             tokens.append(token)
-            prev = int(token[0])
+            before = before[1:] + [int(token[0])]
         return out, torch.cat(tokens), torch.cat(probs) if probs else None
 
 

@@ -30,6 +30,7 @@ class MarkovConfig:
     blocks_per_text: int = 32  # blocks fed beside each answer, at random positions of it
     rank: int = 256
     top_k: int = 32
+    context: int = 1  # tokens before a slot the head conditions on: 1 or 2 (Blocks hold one before slot 0)
     epochs: int = 4
     batch_size: int = 512
     lr: float = 1e-3
@@ -109,15 +110,19 @@ def collect(lm, examples: list[Example], D: int, cfg: MarkovConfig, progress: bo
     return Blocks(*(torch.cat(p) for p in zip(*parts)))
 
 
-def slot_examples(blocks: Blocks):
-    """Teacher-forced examples of every draft slot k >= 1: (hidden [N, H], prev [N], slot [N],
-    top ids [N, K], top logits [N, K], label [N]: the answer's token's index in the top K, -1 if absent)."""
+def slot_examples(blocks: Blocks, context: int = 1):
+    """Teacher-forced examples of every draft slot k >= 1: (hidden [N, H], prev [N, context]: the
+    answer's tokens before the slot, nearest last, slot [N], top ids [N, K], top logits [N, K], label
+    [N]: the answer's token's index in the top K, -1 if absent)."""
     n, D = blocks.hidden.shape[:2]
+    if not 1 <= context <= 2:
+        raise ValueError(f"context must be 1 or 2 (blocks hold one token before slot 0), got {context}")
     ks = torch.arange(1, D)
     hidden = blocks.hidden[:, ks].reshape(-1, blocks.hidden.shape[-1])
     ids = blocks.top_ids[:, ks].reshape(-1, blocks.top_ids.shape[-1]).long()
     logits = blocks.top_logits[:, ks].reshape(-1, blocks.top_logits.shape[-1]).float()
-    prev = blocks.text[:, ks].reshape(-1)  # the answer's token at slot k - 1
+    # text[:, j] is the answer's token at slot j - 1, so slot k's are text[:, k - context + 1 .. k]
+    prev = torch.stack([blocks.text[:, ks - j] for j in reversed(range(context))], -1).reshape(-1, context)
     target = blocks.text[:, ks + 1].reshape(-1)
     hit = ids == target[:, None]
     label = torch.where(hit.any(-1), hit.float().argmax(-1), torch.full_like(target, -1))
@@ -127,18 +132,19 @@ def slot_examples(blocks: Blocks):
 @torch.no_grad()
 def mean_run(head: MarkovHead | None, blocks: Blocks) -> float:
     """Drafts accepted in a row after slot 0, slot 0 taken as the answer's token (the bonus): each
-    draft the slot's likeliest, re-ranked by `head` given the draft before (None: the block alone)."""
+    draft the slot's likeliest, re-ranked by `head` given the drafts before (None: the block alone)."""
     n, D = blocks.hidden.shape[:2]
-    prev = blocks.text[:, 1]
+    context = 1 if head is None else head.settings.context
+    before = blocks.text[:, 2 - context : 2]  # [n, context] the tokens before slot 1, nearest last
     alive, run = torch.ones(n, dtype=torch.bool), torch.zeros(n)
     for k in range(1, D):
         ids, logits = blocks.top_ids[:, k].long(), blocks.top_logits[:, k].float()
         if head is not None:
-            logits = head(blocks.hidden[:, k], prev, torch.full((n,), k), ids, logits)
+            logits = head(blocks.hidden[:, k], before, torch.full((n,), k), ids, logits)
         draft = ids.gather(1, logits.argmax(-1, keepdim=True))[:, 0]
         alive &= draft == blocks.text[:, k + 1]
         run += alive.float()
-        prev = draft
+        before = torch.cat([before[:, 1:], draft[:, None]], 1)
     return run.mean().item()
 
 
@@ -158,7 +164,7 @@ def fit(
     torch.manual_seed(cfg.seed)
     order = torch.randperm(len(blocks))
     n_held = max(1, int(len(blocks) * cfg.heldout)) if len(blocks) > 1 else 0
-    held, fit = blocks.select(order[:n_held]), blocks.select(order[n_held:])
+    held, kept = blocks.select(order[:n_held]), blocks.select(order[n_held:])
     embed_in, embed_out = lm.model.get_input_embeddings().weight, lm.model.get_output_embeddings().weight
     settings = MarkovSettings(
         hidden_size=embed_out.shape[1],
@@ -166,11 +172,12 @@ def fit(
         block_size=D,
         rank=cfg.rank,
         top_k=cfg.top_k,
+        context=cfg.context,
         adapter_sha256=calibration.weights_sha256(lm.adapter) if lm.adapter is not None else "",
         training={**asdict(cfg), "answers": answers, "blocks": len(blocks)},
     )
     head = MarkovHead(settings, embed_in, embed_out)
-    *inputs, label = slot_examples(fit)
+    *inputs, label = slot_examples(kept, cfg.context)
     known = label >= 0  # the answer's token among the top K: the head can only pick among those
     inputs, label = [t[known] for t in inputs], label[known]
     N = len(label)
@@ -204,7 +211,7 @@ def fit(
 def _report(head: MarkovHead, held: Blocks) -> dict:
     if not len(held):
         return {}
-    *inputs, label = slot_examples(held)
+    *inputs, label = slot_examples(held, head.settings.context)
     right = (head(*inputs).argmax(-1) == label).float().mean().item()
     return dict(
         heldout_slot_accuracy=round(right, 4),

@@ -319,8 +319,9 @@ def test_threshold_commits_unverified_tokens_and_verifies_the_rest(tiny, monkeyp
     unverified: set[int] = set()  # positions in the generated text
 
     class Agreeing(Threshold):
-        def next_drafts(self, row, slots, first, text, hidden=None):
-            self.extra = super().next_drafts(row, slots, first, slots[:first].argmax(-1).tolist(), hidden)
+        def next_drafts(self, row, slots, first, text, hidden=None, past=()):
+            agreed = slots[:first].argmax(-1).tolist()
+            self.extra = super().next_drafts(row, slots, first, agreed, hidden, past)
             return self.extra
 
         def update(self, row, ntp, block):

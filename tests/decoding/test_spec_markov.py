@@ -21,10 +21,11 @@ def tiny(request):
     return tiny_model(request.param)
 
 
-def random_head(model, block_size=4, top_k=8, seed=0, scale=1.0):
+def random_head(model, block_size=4, top_k=8, seed=0, scale=1.0, context=1):
     embed_in, embed_out = model.get_input_embeddings().weight, model.get_output_embeddings().weight
     V, H = embed_out.shape
-    settings = MarkovSettings(hidden_size=H, vocab_size=V, block_size=block_size, rank=16, top_k=top_k)
+    settings = MarkovSettings(hidden_size=H, vocab_size=V, block_size=block_size, rank=16, top_k=top_k,
+                              context=context)  # fmt: skip
     head = MarkovHead(settings, embed_in, embed_out)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -38,9 +39,11 @@ class Spy:
 
     def __init__(self, head, monkeypatch):
         self.changed = self.drafts = 0
+        self.before = []  # the text before each chain's first draft, as spec passed it
         chain = head.chain
 
         def spy(logits, hidden, first_slot, prev, choose):
+            self.before.append(list(prev))
             out, tokens, probs = chain(logits, hidden, first_slot, prev, choose)
             self.drafts += len(tokens)
             self.changed += int((tokens != logits.argmax(-1)).sum())
@@ -60,17 +63,29 @@ def test_block_hidden_is_what_the_output_head_turns_into_the_block_logits(tiny):
     assert not model.get_output_embeddings()._forward_hooks  # the hook went with the step
 
 
-@pytest.mark.parametrize("block_size,draft_blocks,adaptive", [(4, 1, False), (4, 2, False), (3, 1, True)])
-def test_spec_greedy_with_a_markov_head_equals_ar(tiny, monkeypatch, block_size, draft_blocks, adaptive):
+@pytest.mark.parametrize(
+    "block_size,draft_blocks,adaptive,context",
+    [(4, 1, False, 1), (4, 2, False, 1), (3, 1, True, 1), (4, 2, False, 2)],
+)
+def test_spec_greedy_with_a_markov_head_equals_ar(
+    tiny, monkeypatch, block_size, draft_blocks, adaptive, context
+):
     model, mask_id = tiny
-    head = random_head(model, block_size)
+    head = random_head(model, block_size, context=context)
     spy = Spy(head, monkeypatch)
     for prompt in PROMPTS:
+        spy.before = []
         ar = run(model, mask_id, [prompt], method="ar")[0]
         extras = {"markov": head, "trained_block": True}
         got = decode_with(model, mask_id, prompt, extras, block_size=block_size, draft_blocks=draft_blocks,
                           adaptive=adaptive, block_reach=0.0, lookup=0)  # fmt: skip
         assert got.tokens == ar.tokens
+        # What the head conditions on is the committed text itself: the tokens before each chain are
+        # the text up to where its drafts start, so they occur in order in the output.
+        text = list(prompt) + got.tokens
+        for before in spy.before:
+            assert len(before) >= 2
+            assert any(text[i : i + len(before)] == before for i in range(len(text)))
     assert spy.drafts > 0 and spy.changed > 0  # the head did re-rank drafts
 
 
@@ -82,9 +97,10 @@ def test_markov_false_leaves_the_head_unused(tiny, monkeypatch):
     assert spy.drafts == 0
 
 
-def test_threshold_at_one_with_a_markov_head_equals_ar(tiny, monkeypatch):
+@pytest.mark.parametrize("context", [1, 2])
+def test_threshold_at_one_with_a_markov_head_equals_ar(tiny, monkeypatch, context):
     model, mask_id = tiny
-    head = random_head(model)
+    head = random_head(model, context=context)
     spy = Spy(head, monkeypatch)
     for prompt in PROMPTS:
         ar = run(model, mask_id, [prompt], method="ar")[0]

@@ -10,11 +10,17 @@ from pardec.model.calibration import weights_sha256
 V, H, D, K = 40, 16, 4, 6
 
 
-def head_for(adapter_sha: str = "", seed: int = 0, trained: bool = True):
+def head_for(adapter_sha: str = "", seed: int = 0, trained: bool = True, context: int = 1):
     g = torch.Generator().manual_seed(seed)
     embed_in, embed_out = torch.randn(V, H, generator=g), torch.randn(V, H, generator=g)
     settings = markov.MarkovSettings(
-        hidden_size=H, vocab_size=V, block_size=D, rank=8, top_k=K, adapter_sha256=adapter_sha
+        hidden_size=H,
+        vocab_size=V,
+        block_size=D,
+        rank=8,
+        top_k=K,
+        adapter_sha256=adapter_sha,
+        context=context,
     )
     head = markov.MarkovHead(settings, embed_in, embed_out)
     if trained:  # its second layer starts at zero: give it an effect
@@ -62,6 +68,44 @@ def test_each_draft_is_re_ranked_given_the_one_chosen_before_it():
     # It does depend on the token before: another first token changes the first slot's ranking.
     other, _, _ = head.chain(logits, hidden, 1, prev=6, choose=greedy)
     assert not torch.allclose(other[0], out[0])
+
+
+def test_a_context_2_head_conditions_each_draft_on_the_two_tokens_before_it():
+    head = head_for(context=2)
+    logits, hidden = torch.randn(3, V), torch.randn(3, H)
+    out, tokens, _ = head.chain(logits, hidden, 1, prev=[9, 7, 5], choose=greedy)
+    before = [7, 5]  # the last two of the text given
+    for i in range(3):
+        top = logits[i].topk(K)
+        score = head(hidden[i : i + 1], torch.tensor([before]), torch.tensor([1 + i]), top.indices[None],
+                     top.values[None])[0]  # fmt: skip
+        assert torch.allclose(out[i, top.indices].softmax(-1), score.softmax(-1), atol=1e-5)
+        before = [before[1], int(tokens[i])]
+    # The token two back matters; what lies further back does not.
+    other, _, _ = head.chain(logits, hidden, 1, prev=[8, 5], choose=greedy)
+    assert not torch.allclose(other[0], out[0])
+    same, _, _ = head.chain(logits, hidden, 1, prev=[3, 7, 5], choose=greedy)
+    assert torch.equal(same, out)
+    # A text of one token stands in for both.
+    one, _, _ = head.chain(logits, hidden, 1, prev=[5], choose=greedy)
+    assert torch.equal(one, head.chain(logits, hidden, 1, prev=[5, 5], choose=greedy)[0])
+    with pytest.raises(ValueError, match="conditions on 2 tokens"):
+        head(
+            hidden[:1],
+            torch.tensor([5]),
+            torch.tensor([1]),
+            logits[:1].topk(K).indices,
+            logits[:1].topk(K).values,
+        )
+
+
+def test_a_context_1_head_given_more_text_uses_only_its_last_token():
+    head = head_for()
+    logits, hidden = torch.randn(3, V), torch.randn(3, H)
+    assert torch.equal(
+        head.chain(logits, hidden, 1, prev=[1, 2, 5], choose=greedy)[0],
+        head.chain(logits, hidden, 1, prev=5, choose=greedy)[0],
+    )
 
 
 def test_slots_beyond_the_trained_block_use_the_last_slot_embedding():
