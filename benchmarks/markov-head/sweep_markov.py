@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 from reveal_probe import probe_texts  # noqa: E402
 
 from pardec.cli.train_markov import read_data  # noqa: E402
+from pardec.model import markov  # noqa: E402
 from pardec.model.loading import load_model  # noqa: E402
 from pardec.training.data import tokenize  # noqa: E402
 from pardec.training.markov import Blocks, MarkovConfig, collect, feed_blocks, fit, mean_run  # noqa: E402
@@ -111,10 +112,13 @@ def main():
     report("block alone", None)
     report("bundled head", lm.markov)
 
-    def subset(limits):  # the blocks of each file's first limits[file] answers (None: all)
-        parts = [b if limits is None else b.select((owner < limits[k]).nonzero()[:, 0])
-                 for k, (b, owner) in per_file.items()]  # fmt: skip
-        return Blocks(*(torch.cat([getattr(p, f) for p in parts]) for f in FIELDS))
+    def subset(limits):  # the blocks of each file's first limits[file] answers (None: all), and answers
+        parts, answers = [], 0
+        for k, (b, owner) in per_file.items():
+            keep = owner < (limits[k] if limits else len(owner) + 1)
+            parts.append(b.select(keep.nonzero()[:, 0]))
+            answers += len(owner[keep].unique())
+        return Blocks(*(torch.cat([getattr(p, f) for p in parts]) for f in FIELDS)), answers
 
     variants = [
         ("bundled draw, rank 256, 4 epochs", BUNDLED, cfg),
@@ -126,9 +130,17 @@ def main():
     ]
     only = [v for v in variants if not want or any(w in v[0] for w in want)]
     for label, limits, c in only:
-        blocks = subset(limits)
+        blocks, answers = subset(limits)
         t = time.perf_counter()
-        head, history = fit(lm, blocks, D, c, 0, progress=False)
+        head, history = fit(lm, blocks, D, c, answers, progress=False)
+        head.settings = replace(
+            head.settings,
+            training={**head.settings.training, "data": specs if limits is None else limits,
+                      "seconds": round(time.perf_counter() - t), "script": "benchmarks/markov-head/sweep_markov.py"},
+        )  # fmt: skip
+        folder = cache / "heads" / label.replace(", ", "-").replace(" ", "")
+        folder.mkdir(parents=True, exist_ok=True)
+        markov.save(folder, head)  # a winner is copied beside the adapter
         last = history[-1]
         report(
             f"{label} ({len(blocks)} blocks; held out run {last['heldout_run']:.3f}, "
