@@ -108,6 +108,7 @@ def test_real_smollm2_generates_and_spec_equals_ar():
         lm = load_model("smollm2-135m", torch.float32)
     except PardecError as e:
         pytest.fail(f"packaged model unavailable: {e}")
+    assert lm.adapter is not None and lm.markov is not None  # the bundled adapter and its Markov head
     prompt = ["What is the capital of France? Answer in one sentence."]
     ar = generate(lm, prompt, DecodeConfig(method="ar", max_new_tokens=24))[0]
     spec = generate(lm, prompt, DecodeConfig(method="spec", max_new_tokens=24))[0]
