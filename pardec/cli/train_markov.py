@@ -13,8 +13,8 @@ HELP = "train the adapter's Markov head (block drafts re-ranked given the draft 
 DESCRIPTION = (
     "Feed blocks of [MASK] over distilled answers with the adapter (no gradients), keep each slot's "
     "final hidden state and likeliest tokens, and train a small head that re-ranks them given the "
-    "--context tokens before the slot. Writes markov.safetensors and markov.json into the adapter's folder: spec "
-    "(and threshold) then draw each draft after the one before it (turn off with markov=false). "
+    "--context tokens before the slot. Writes markov.safetensors and markov.json into the adapter's "
+    "folder: spec (and threshold) then draw each draft after the one before it (turn off with markov=false). "
     "Decoding stays lossless: the head only proposes. Rows overlapping a benchmark are left out. "
     "DATA may end in ':N' to take N rows of that file, drawn with --seed."
 )
