@@ -1,8 +1,9 @@
 """The Python API: text prompts in, texts and statistics out.
 
-from pardec import DecodeConfig, generate, load_model
+from pardec import DecodeConfig, configure, generate, load_model
 lm = load_model("smollm2-135m", dtype=torch.float32)
-outs = generate(lm, ["Write a haiku."], DecodeConfig(method="spec"))
+config, extras = configure(lm, DecodeConfig(method="spec"))  # at the adapter's block size
+outs = generate(lm, ["Write a haiku."], config, extras=extras)
 """
 
 from __future__ import annotations
@@ -120,7 +121,13 @@ def generate(
     extras: Mapping[str, Any] | None = None,
 ) -> list[Output]:
     """Generate for a batch of user messages (any lengths). `on_text(i, delta)` streams text as tokens
-    are committed. `extras` (from `configure`) is what the method needs beyond the model."""
+    are committed. `extras` (from `configure`) is what the method needs beyond the model; without it
+    they are loaded here for `config` as given (its block size kept): the adapter's Markov head and
+    calibration, the datastore, and this machine's step cost (measured on a first run, then cached).
+    Pass `configure`'s result to decode at the adapter's trained block size, or to let the schedule's
+    memory carry over from one call to the next."""
+    if extras is None:
+        config, extras = configure(lm, config, sets_block_size=True)
     ids = [lm.encode(p, chat) for p in prompts]
     tracker = TextTracker(lm.tokenizer, len(prompts), config.stop, on_text)
     results = decode(lm.decoder, ids, config, lm.mask_id, lm.stop_ids, tracker.commit, extras)

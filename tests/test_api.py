@@ -60,3 +60,35 @@ def test_batch_generate_equals_single(tiny_dir):
     batch = generate(lm, prompts, cfg)
     single = [generate(lm, [p], cfg)[0] for p in prompts]
     assert [b.text for b in batch] == [s.text for s in single]
+
+
+def test_generate_without_extras_loads_what_configure_gives_the_markov_head_among_them(tiny_dir, tmp_path):
+    """A caller of generate who passes no extras gets the adapter's Markov head (and the rest of what
+    configure loads), as the CLI does; the output stays AR's."""
+    from tiny import retrofit_tiny_adapter
+
+    from pardec.model import markov
+    from pardec.model.calibration import weights_sha256
+
+    ck = retrofit_tiny_adapter(tiny_dir, tmp_path)
+    lm = load_model(tiny_dir, torch.float32, str(ck))
+    embed_in, embed_out = lm.model.get_input_embeddings().weight, lm.model.get_output_embeddings().weight
+    V, H = embed_out.shape
+    settings = markov.MarkovSettings(hidden_size=H, vocab_size=V, block_size=3, rank=8, top_k=8,
+                                     adapter_sha256=weights_sha256(ck))  # fmt: skip
+    head = markov.MarkovHead(settings, embed_in, embed_out)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in head.parameters():
+            p.copy_(torch.randn(p.shape, generator=g))
+    markov.save(ck, head)
+    lm = load_model(tiny_dir, torch.float32, str(ck))
+    calls = []
+    chain = lm.markov.chain
+    lm.markov.chain = lambda *a: calls.append(1) or chain(*a)
+    prompts = ["the cat sat", "one two three four"]
+    cfg = DecodeConfig(method="spec", block_size=3, max_new_tokens=16, adaptive=False, lookup=0)
+    spec = generate(lm, prompts, cfg)
+    ar = generate(lm, prompts, DecodeConfig(method="ar", max_new_tokens=16))
+    assert calls  # the head drew the drafts
+    assert [s.token_ids for s in spec] == [a.token_ids for a in ar]

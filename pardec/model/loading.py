@@ -177,14 +177,15 @@ class LoadedModel:
     @cached_property
     def markov(self) -> markov.MarkovHead | None:
         """The adapter's Markov head over its block drafts (`pardec train-markov`), if it has one and
-        the output head's weights can be read (not with --quant, whose head is packed for its kernel;
-        not with --compile, whose graphs would break at the hook that reads the head's input)."""
-        if self.compile or self.quant != "none":
+        the candidates' rows of the output embedding can be read (markov.candidate_rows: with --quant
+        only where the model ties them to its input embeddings); not with --compile, whose graphs
+        would break at the hook that reads the head's input."""
+        if self.compile:
             return None
-        model = self.model
-        return markov.load(
-            self.adapter, model.get_input_embeddings().weight, model.get_output_embeddings().weight
-        )
+        rows = markov.candidate_rows(self.model, quantized=self.quant != "none")
+        if rows is None:
+            return None
+        return markov.load(self.adapter, self.model.get_input_embeddings().weight, rows)
 
     @cached_property
     def datastore(self) -> datastore.Datastore | None:

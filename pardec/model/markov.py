@@ -135,6 +135,19 @@ class MarkovHead(nn.Module):
         return out, torch.cat(tokens), torch.cat(probs) if probs else None
 
 
+def candidate_rows(model, quantized: bool) -> torch.Tensor | None:
+    """The output embedding's rows [V, H] the head scores its candidates against: the output head's own
+    weight, or, where --quant packed that weight for its kernel, the input embeddings if the model ties
+    the two (the packaged models do; its drafts then score against the weights the kernel's were
+    rounded from, and verification stays the quantized model's). None where neither can be read."""
+    weight = getattr(model.get_output_embeddings(), "weight", None)
+    if not quantized and isinstance(weight, torch.Tensor) and weight.is_floating_point():
+        return weight
+    if getattr(model.config, "tie_word_embeddings", False):
+        return model.get_input_embeddings().weight
+    return None
+
+
 def head_sha256(folder: str | Path) -> str:
     """Of the head's weights file: a calibration fitted with this head records it."""
     path = Path(folder) / WEIGHTS

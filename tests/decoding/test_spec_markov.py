@@ -140,3 +140,35 @@ def test_spec_sampling_with_a_markov_head_matches_the_target_distribution(
     assert any(s > 1 for s in steps)
     assert spy.drafts > 0 and spy.changed > 0
     assert chi2_pvalue(counts, probs, n) > 1e-3
+
+
+def test_under_w8a8_a_markov_head_scores_against_tied_input_embeddings_and_spec_equals_its_ar(monkeypatch):
+    """--quant packs the output head for its kernel; where the model ties it to the input embeddings
+    (the packaged models do) the head reads its candidates' rows there, and spec stays the quantized
+    model's own AR, token for token."""
+    from tiny import randomize_lora
+
+    from pardec.model import adapters
+    from pardec.model.markov import candidate_rows
+    from pardec.model.quant import W8A8Linear, quantize
+
+    model, mask_id = tiny_model("llama")
+    model.lm_head.weight = model.get_input_embeddings().weight  # tied
+    model.config.tie_word_embeddings = True
+    adapters.attach(model, adapters.LoRAConfig("gated-lora", rank=4, alpha=8), freeze=False)
+    randomize_lora(model)
+    assert candidate_rows(model, quantized=False) is model.lm_head.weight
+    head = random_head(model)  # its candidates' rows: the tied tensor, which quantize leaves as it is
+    quantize(model, "w8a8", tuned=False)
+    assert isinstance(model.lm_head, W8A8Linear)
+    assert candidate_rows(model, quantized=True) is model.get_input_embeddings().weight
+    model.config.tie_word_embeddings = False
+    assert candidate_rows(model, quantized=True) is None  # an untied packed head: no head
+    model.config.tie_word_embeddings = True
+    spy = Spy(head, monkeypatch)
+    for prompt in PROMPTS:
+        ar = run(model, mask_id, [prompt], method="ar")[0]
+        got = decode_with(model, mask_id, prompt, {"markov": head, "trained_block": True}, block_size=4,
+                          lookup=0)  # fmt: skip
+        assert got.tokens == ar.tokens
+    assert spy.drafts > 0 and spy.changed > 0
