@@ -65,22 +65,14 @@ def test_batch_generate_equals_single(tiny_dir):
 def test_generate_without_extras_loads_what_configure_gives_the_markov_head_among_them(tiny_dir, tmp_path):
     """A caller of generate who passes no extras gets the adapter's Markov head (and the rest of what
     configure loads), as the CLI does; the output stays AR's."""
-    from tiny import retrofit_tiny_adapter
+    from tiny import random_head, retrofit_tiny_adapter
 
     from pardec.model import markov
     from pardec.model.calibration import weights_sha256
 
     ck = retrofit_tiny_adapter(tiny_dir, tmp_path)
     lm = load_model(tiny_dir, torch.float32, str(ck))
-    embed_in, embed_out = lm.model.get_input_embeddings().weight, lm.model.get_output_embeddings().weight
-    V, H = embed_out.shape
-    settings = markov.MarkovSettings(hidden_size=H, vocab_size=V, block_size=3, rank=8, top_k=8,
-                                     adapter_sha256=weights_sha256(ck))  # fmt: skip
-    head = markov.MarkovHead(settings, embed_in, embed_out)
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in head.parameters():
-            p.copy_(torch.randn(p.shape, generator=g))
+    head = random_head(lm.model, block_size=3, adapter_sha256=weights_sha256(ck))
     markov.save(ck, head)
     lm = load_model(tiny_dir, torch.float32, str(ck))
     calls = []

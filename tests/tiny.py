@@ -90,3 +90,20 @@ def counting_model(vocab: int = 32):
         ((torch.randint(0, vocab, (1,), generator=g) + torch.arange(5)) % vocab).tolist() for _ in range(40)
     ]
     return model, mask_id, prompts
+
+
+def random_head(model, block_size=4, top_k=8, seed=0, scale=1.0, context=1, adapter_sha256=""):
+    """A Markov head over `model`'s embeddings with random weights (its second layer starts at zero, so
+    an untrained one would change nothing); `adapter_sha256` ties it to an adapter's weights for saving."""
+    from pardec.model.markov import MarkovHead, MarkovSettings
+
+    embed_in, embed_out = model.get_input_embeddings().weight, model.get_output_embeddings().weight
+    V, H = embed_out.shape
+    settings = MarkovSettings(hidden_size=H, vocab_size=V, block_size=block_size, rank=16, top_k=top_k,
+                              context=context, adapter_sha256=adapter_sha256)  # fmt: skip
+    head = MarkovHead(settings, embed_in, embed_out)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in head.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * scale)
+    return head.eval()

@@ -140,9 +140,8 @@ def candidate_rows(model, quantized: bool) -> torch.Tensor | None:
     weight, or, where --quant packed that weight for its kernel, the input embeddings if the model ties
     the two (the packaged models do; its drafts then score against the weights the kernel's were
     rounded from, and verification stays the quantized model's). None where neither can be read."""
-    weight = getattr(model.get_output_embeddings(), "weight", None)
-    if not quantized and isinstance(weight, torch.Tensor) and weight.is_floating_point():
-        return weight
+    if not quantized:
+        return model.get_output_embeddings().weight
     if getattr(model.config, "tie_word_embeddings", False):
         return model.get_input_embeddings().weight
     return None

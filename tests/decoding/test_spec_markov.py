@@ -9,29 +9,15 @@ from test_sampling import (
     sample_counts,
     small_vocab_model,  # noqa: F401 (a fixture)
 )
-from tiny import tiny_model
+from tiny import random_head, tiny_model
 
 from pardec.core.cache import BlockCache
 from pardec.core.step import Block, block_step
-from pardec.model.markov import MarkovHead, MarkovSettings
 
 
 @pytest.fixture(scope="module", params=["llama", "qwen2"])
 def tiny(request):
     return tiny_model(request.param)
-
-
-def random_head(model, block_size=4, top_k=8, seed=0, scale=1.0, context=1):
-    embed_in, embed_out = model.get_input_embeddings().weight, model.get_output_embeddings().weight
-    V, H = embed_out.shape
-    settings = MarkovSettings(hidden_size=H, vocab_size=V, block_size=block_size, rank=16, top_k=top_k,
-                              context=context)  # fmt: skip
-    head = MarkovHead(settings, embed_in, embed_out)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in head.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * scale)
-    return head.eval()
 
 
 class Spy:
