@@ -1,5 +1,7 @@
 """The text API: chat template, stop strings, streaming, batches."""
 
+import dataclasses
+
 import torch
 
 from pardec import DecodeConfig, generate, load_model
@@ -84,3 +86,5 @@ def test_generate_without_extras_loads_what_configure_gives_the_markov_head_amon
     ar = generate(lm, prompts, DecodeConfig(method="ar", max_new_tokens=16))
     assert calls  # the head drew the drafts
     assert [s.token_ids for s in spec] == [a.token_ids for a in ar]
+    # Compiled steps catch the head's input as eager ones do (tests/model/test_compiled.py)
+    assert dataclasses.replace(lm, compile=True).markov is not None

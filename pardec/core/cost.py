@@ -31,6 +31,12 @@ CONTEXTS = (128, 512)  # committed tokens in the cache
 SHORT_SLOTS = (2, 4)  # shorter blocks measured too (where below the block size), at few pending tokens
 SHORT_PENDING = 4  # the first this many of PENDING: a short block follows few drafts
 BUDGET_S = 30.0  # seconds a measurement may take beyond its first two rounds
+# A context's rounds are settled when a typical shape's two fastest times agree within this fraction;
+# while they do not, other work on the machine is still in them: up to twice the rounds and budget.
+SETTLED = 0.05
+# Two fastest times further apart than this (the worst context's median) leave a curve unfit to keep:
+# it plans the run it was measured for and is measured again on the next one.
+UNSETTLED = 0.15
 
 
 def _interp(xs: tuple[int, ...], ys: tuple[float, ...], x: float) -> float:
@@ -55,6 +61,9 @@ class StepCost:
     key: dict  # what it was measured for (model, adapter, dtype and the machine)
     short_slots: tuple[int, ...] = ()
     short: tuple[tuple[tuple[float, ...], ...], ...] = ()
+    # How far apart a typical shape's two fastest times were (second / first - 1; the worst context's
+    # median): the measurement's own noise
+    spread: float = 0.0
 
     def _curve(self, rows, pending: int, context: int) -> float:
         per_context = tuple(_interp(self.pending[: len(row)], row, pending) for row in rows)
@@ -94,19 +103,22 @@ class StepCost:
         short = tuple(tuple(map(tuple, per_slots)) for per_slots in d["short"])
         return cls(tuple(d["pending"]), tuple(d["contexts"]), d["block_size"],
                    tuple(map(tuple, d["plain"])), tuple(map(tuple, d["block"])), d["key"],
-                   tuple(d["short_slots"]), short)  # fmt: skip
+                   tuple(d["short_slots"]), short, float(d.get("spread", 0.0)))  # fmt: skip
 
 
 @torch.no_grad()
 def measure(model, mask_id: int, block_size: int, pending: tuple[int, ...] = PENDING,
             contexts: tuple[int, ...] = CONTEXTS, rounds: int = 5, budget_s: float = BUDGET_S,
-            key: dict | None = None, progress: bool = False) -> StepCost:  # fmt: skip
+            key: dict | None = None, progress: bool = False,
+            clock=time.perf_counter) -> StepCost:  # fmt: skip
     """Time every shape in interleaved rounds: at each context two rounds, then up to `rounds` in
     all while that context's share of `budget_s` lasts, so that a slow machine measures fewer rounds
     rather than for minutes. Each shape keeps its fastest time: other work on the machine, and a
-    first call's warm-up, only ever add time, and two rounds let a burst of either pass. Each curve
-    is made non-decreasing in tokens fed, with a block never cheaper than a shorter one or none.
-    `progress`: a bar of the steps timed (minutes where bf16 is emulated)."""
+    first call's warm-up, only ever add time, and two rounds let a burst of either pass. Where the
+    rounds have not settled (a typical shape's two fastest times more than SETTLED apart: the
+    machine is busy), up to twice the rounds in twice the budget. Each curve is made non-decreasing
+    in tokens fed, with a block never cheaper than a shorter one or none. `progress`: a bar of the
+    steps timed (minutes where bf16 is emulated); `clock`: seconds, for tests."""
     from tqdm import tqdm
 
     limit = getattr(model.config, "max_position_embeddings", None) or 1 << 30
@@ -121,25 +133,31 @@ def measure(model, mask_id: int, block_size: int, pending: tuple[int, ...] = PEN
     times: dict[tuple[int, int, int], list[float]] = {(c, n, s): [] for c in contexts for n, s in shapes}
     bar = tqdm(total=len(contexts) * max(rounds, 2) * len(shapes), desc="step shapes timed", unit="step",
                disable=not progress, leave=False)  # fmt: skip
+    spreads = []
     for c in contexts:
         cache = _prompted(model, mask_id, torch.randint(0, vocab, (c,), generator=g).tolist())
         if c == contexts[0]:  # one untimed block step: the adapters' first call, off the clock
             out = block_step(model, cache, [[0]], [[Block(0, [mask_id] * block_size)]], 1, mask_id)
             cache.commit(out.fed_pos, torch.zeros_like(out.pending_valid), out.block_logits.shape[1])
-        start = time.perf_counter()
-        for r in range(max(rounds, 2)):
-            if r >= 2 and time.perf_counter() - start > budget_s / len(contexts):
-                break
+        start, share = clock(), budget_s / len(contexts)
+        for r in range(2 * max(rounds, 2)):
+            if r >= 2:
+                stretch = 1 if _spread([times[(c, n, s)] for n, s in shapes]) <= SETTLED else 2
+                if r >= stretch * rounds or clock() - start > stretch * share:
+                    break
+                if r >= rounds:
+                    bar.total += len(shapes)  # a round beyond those planned
             for n, slots in shapes:
                 ids = torch.randint(0, vocab, (n,), generator=g).tolist()
                 blocks = [[Block(0, [mask_id] * slots)]] if slots else None
-                t0 = time.perf_counter()
+                t0 = clock()
                 out = block_step(model, cache, [ids], blocks, n, mask_id)
-                dt = time.perf_counter() - t0
+                dt = clock() - t0
                 # Nothing is kept: the cache returns to the same committed text for the next shape.
                 cache.commit(out.fed_pos, torch.zeros_like(out.pending_valid), out.block_logits.shape[1])
                 times[(c, n, slots)].append(dt)
                 bar.update()
+        spreads.append(_spread([times[(c, n, s)] for n, s in shapes]))
     bar.close()
     best = {k: min(v) for k, v in times.items()}
 
@@ -155,7 +173,8 @@ def measure(model, mask_id: int, block_size: int, pending: tuple[int, ...] = PEN
         short.append(floor)
     floor = tuple(f + p[len(f) :] for f, p in zip(floor, plain))  # the longest short block, then none
     block = tuple(curve(c, block_size, f, len(pending)) for c, f in zip(contexts, floor))
-    return StepCost(tuple(pending), contexts, block_size, plain, block, key or {}, short_slots, tuple(short))
+    return StepCost(tuple(pending), contexts, block_size, plain, block, key or {}, short_slots, tuple(short),
+                    round(max(spreads), 4))  # fmt: skip
 
 
 @torch.no_grad()
@@ -186,6 +205,12 @@ def _prompted(model, mask_id: int, ids: list[int]) -> BlockCache:
     return cache
 
 
+def _spread(per_shape: list[list[float]]) -> float:
+    """The median over shapes of how far a shape's two fastest times are apart (second / first - 1)."""
+    gaps = sorted(b / a - 1.0 if a > 0 else 0.0 for a, b in (sorted(t)[:2] for t in per_shape if len(t) >= 2))
+    return gaps[len(gaps) // 2] if gaps else 0.0
+
+
 def _rising(xs: list[float]) -> tuple[float, ...]:
     out, top = [], 0.0
     for x in xs:
@@ -211,6 +236,11 @@ def load_or_measure(model, mask_id: int, block_size: int, key: dict, root: Path,
             pass  # a corrupt cache entry is measured again
     print("pardec: measuring what a step costs on this machine (once, cached)", file=sys.stderr)
     cost = measure(model, mask_id, block_size, key=key, progress=True)
+    if cost.spread > UNSETTLED:  # kept, such a curve would plan every later run here
+        print(f"pardec: the machine was busy while measuring (a step's fastest times {cost.spread:.0%} "
+              "apart): this run plans with it; not cached, measured again on the next run",
+              file=sys.stderr)  # fmt: skip
+        return cost
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(cost.to_json(), indent=1) + "\n")

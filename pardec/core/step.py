@@ -114,7 +114,9 @@ def block_step(
         q_valid=q_valid,
         q_causal=q_causal,
     )  # [B, P + N, S + P + N]
-    with gated(model, ids == mask_id), head_input(model, block_hidden and N > 0) as fed_head:
+    # The head's input is caught on every block step, asked for or not: compiled steps then run one
+    # family of block-step graphs (dynamo guards on the hook) whichever policy feeds them.
+    with gated(model, ids == mask_id), head_input(model, N > 0) as fed_head:
         out = model(
             input_ids=ids,
             attention_mask=additive(allowed, model.dtype),
@@ -127,7 +129,7 @@ def block_step(
     logits = out.logits.float()  # [B, n_ntp + N, V]
     logits[..., mask_id] = float("-inf")
     hidden = tuple(h[:, :P] for h in out.hidden_states) if hidden_states else None
-    slots_hidden = fed_head["h"][:, -N:] if "h" in fed_head else None  # [B, N, H]
+    slots_hidden = fed_head["h"][:, -N:] if block_hidden and N > 0 else None  # [B, N, H]
     return StepOutput(logits[:, :n_ntp], logits[:, n_ntp:], fed_pos, pending_valid, hidden, slots_hidden)
 
 

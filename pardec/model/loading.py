@@ -178,10 +178,7 @@ class LoadedModel:
     def markov(self) -> markov.MarkovHead | None:
         """The adapter's Markov head over its block drafts (`pardec train-markov`), if it has one and
         the candidates' rows of the output embedding can be read (markov.candidate_rows: with --quant
-        only where the model ties them to its input embeddings); not with --compile, whose graphs
-        would break at the hook that reads the head's input."""
-        if self.compile:
-            return None
+        only where the model ties them to its input embeddings)."""
         rows = markov.candidate_rows(self.model, quantized=self.quant != "none")
         if rows is None:
             return None

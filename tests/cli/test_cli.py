@@ -69,6 +69,9 @@ def test_generate_notes_w8a8_where_bf16_is_emulated_unless_quant_is_given(tiny_d
         assert "quant" not in err.splitlines()[-1]  # the unquantized model decoded
     code, _, err = run_cli(capsys, *args, "--quant", "int8")
     assert code == 0 and "--quant w8a8" not in err and err.splitlines()[-1].endswith("; quant int8]")
+    monkeypatch.setattr(pardec.machine, "native_bf16", lambda: False)
+    code, _, err = run_cli(capsys, *args, "--dtype", "float32")  # no bf16 here to be emulated
+    assert code == 0 and "--quant w8a8" in err and "float32" in err and "emulated" not in err
 
 
 @pytest.mark.parametrize("method", ["threshold --threshold 0.5", "eb --gamma 0.5"])

@@ -258,30 +258,6 @@ def test_the_measured_cost_is_a_positive_rising_curve(tiny):
     assert dataclasses.replace(cost) == StepCost.from_json(cost.to_json())
 
 
-def test_a_slow_machine_measures_fewer_rounds_not_for_longer(tiny, monkeypatch):
-    """Past its time budget a measurement stops after two rounds per context."""
-    import pardec.core.cost as cost_module
-
-    model, mask_id = tiny
-    calls = []
-
-    def counted(*args, **kwargs):
-        calls.append(1)
-        return real(*args, **kwargs)
-
-    real = cost_module.block_step
-    monkeypatch.setattr(cost_module, "block_step", counted)
-    shapes = 2 * len(cost_module.PENDING) + cost_module.SHORT_PENDING  # plain, D = 4, 2 slots
-    contexts = (16, 64)
-    measure(model, mask_id, 4, contexts=contexts, rounds=4, budget_s=1e9)
-    assert len(calls) == 3 + shapes * 4 * 2  # a prefill per context, a warm-up, then the rounds
-    calls.clear()
-    cost = measure(model, mask_id, 4, contexts=contexts, rounds=4, budget_s=0.0)
-    assert len(calls) == 3 + shapes * 2 * 2
-    assert cost.contexts == contexts
-    assert all(cost.seconds(n, 50, 4) >= cost.seconds(n, 50) > 0 for n in (1, 8))
-
-
 def test_in_a_compute_bound_batch_rows_price_drafts_at_their_marginal_cost(tiny, monkeypatch):
     """Each token costs 0.3 AR steps on top of a fixed 0.7: alone, 4 sure drafts pay (3.85 tokens for
     2.1 AR steps); in a batch of 8 the fixed part is shared, a block step for all (8 rows x 8 tokens)

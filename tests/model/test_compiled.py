@@ -5,7 +5,7 @@ import copy
 import dataclasses
 
 import torch
-from tiny import randomize_lora, tiny_model
+from tiny import random_head, randomize_lora, tiny_model
 from transformers import DynamicCache
 
 from pardec.core.cache import BlockCache
@@ -87,6 +87,27 @@ def test_compiled_block_steps_match_eager_ones_wherever_the_block_starts():
         assert not torch.equal(eager.block_logits, block_after_prompt(bare, n, mask_id).block_logits)
         graphs.append(counters["stats"]["unique_graphs"])
     assert graphs[1:] == graphs[:1] * 3  # the later placements compiled nothing new
+
+
+def test_spec_with_a_markov_head_under_compile_drafts_as_eager_and_equals_ar():
+    """The head reads the output head's input through a hook: under compile it sees the same hidden
+    states, so its re-ranked drafts (and the acceptances) are the eager ones, and the output is AR's."""
+    model, mask_id = tiny_model("qwen2")
+    adapters.attach(model, adapters.LoRAConfig("gated-lora", rank=4, alpha=8), freeze=False)
+    randomize_lora(model)
+    head = random_head(model, block_size=4)
+    compiled = CompiledSteps(model)
+    prompts = [[1, 2, 3, 4, 5]]
+    ar = decode(model, prompts, DecodeConfig(method="ar", max_new_tokens=24), mask_id)[0]
+    spec = DecodeConfig(method="spec", block_size=4, adaptive=False, block_reach=0.0, lookup=0,
+                        max_new_tokens=24)  # fmt: skip
+    with_head = {"markov": head, "trained_block": True}
+    eager = decode(model, prompts, spec, mask_id, extras=with_head)[0]
+    fast = decode(compiled, prompts, spec, mask_id, extras=with_head)[0]
+    without = decode(model, prompts, spec, mask_id, extras={"trained_block": True})[0]
+    assert fast.tokens == eager.tokens == ar.tokens
+    assert fast.accepted_per_step == eager.accepted_per_step
+    assert without.accepted_per_step != eager.accepted_per_step  # the head changed the drafts
 
 
 @torch.no_grad()
