@@ -96,8 +96,10 @@ def run_bench(
     done = done or {}
     prompts = [runners[0].lm.encode(it.prompt, chat) for it in items]
     for r in runners:  # warm-up, untimed: first calls allocate and tune kernels
-        if r.lm.compile:  # and compile every step shape (model/compiled.py)
-            seconds = step_cost.warm_up(r.lm.decoder, r.lm.mask_id)
+        if r.lm.compile:  # and compile every step shape (model/compiled.py), block steps' too
+            config = getattr(r, "config", None)
+            blocks = config.block_size if config and config.method in ("spec", "threshold", "eb") else 0
+            seconds = step_cost.warm_up(r.lm.decoder, r.lm.mask_id, block_size=blocks)
             print(f"bench: {r.spec.label}: steps compiled in {seconds:.0f} s", file=sys.stderr)
         r.run(prompts[0], max_new_tokens=4)
     per: dict[str, list[RunRecord]] = {r.spec.label: [] for r in runners}

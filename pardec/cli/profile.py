@@ -44,7 +44,8 @@ def run(args) -> None:
     m = cost.key
     print(f"{m.get('cpu')} (AMX: {'yes' if m.get('amx') else 'no'}, avx512_bf16: "
           f"{'yes' if m.get('avx512_bf16') else 'no'}, {m.get('threads')} threads); {lm.name}, "
-          f"adapter {lm.adapter or 'none'}, {m.get('dtype')}")  # fmt: skip
+          f"adapter {lm.adapter or 'none'}, {m.get('dtype')}; a shape's two fastest times "
+          f"{cost.spread:.0%} apart")  # fmt: skip
     head = " | ".join(f"ctx {c}: ms, x AR, + {D} slots x AR" for c in cost.contexts)
     print(f"| pending | {head} |")
     print("|---|" + "---|" * (3 * len(cost.contexts)))

@@ -37,6 +37,9 @@ SETTLED = 0.05
 # Two fastest times further apart than this (the worst context's median) leave a curve unfit to keep:
 # it plans the run it was measured for and is measured again on the next one.
 UNSETTLED = 0.15
+# Steps shorter than this (tiny test models) differ by the timer's and the scheduler's jitter, not by
+# other work: their gaps count against this much time instead
+JITTER_S = 0.005
 
 
 def _interp(xs: tuple[int, ...], ys: tuple[float, ...], x: float) -> float:
@@ -113,8 +116,9 @@ def measure(model, mask_id: int, block_size: int, pending: tuple[int, ...] = PEN
             clock=time.perf_counter) -> StepCost:  # fmt: skip
     """Time every shape in interleaved rounds: at each context two rounds, then up to `rounds` in
     all while that context's share of `budget_s` lasts, so that a slow machine measures fewer rounds
-    rather than for minutes. Each shape keeps its fastest time: other work on the machine, and a
-    first call's warm-up, only ever add time, and two rounds let a burst of either pass. Where the
+    rather than for minutes. Each shape's time is its median ratio to the AR step of the same round,
+    times the AR step's fastest: the machine's state in a round (its clock, other work) cancels from
+    the ratio, which is all the schedule compares (benchmarks/step-cost-repeat.md). Where the
     rounds have not settled (a typical shape's two fastest times more than SETTLED apart: the
     machine is busy), up to twice the rounds in twice the budget. Each curve is made non-decreasing
     in tokens fed, with a block never cheaper than a shorter one or none. `progress`: a bar of the
@@ -159,7 +163,7 @@ def measure(model, mask_id: int, block_size: int, pending: tuple[int, ...] = PEN
                 bar.update()
         spreads.append(_spread([times[(c, n, s)] for n, s in shapes]))
     bar.close()
-    best = {k: min(v) for k, v in times.items()}
+    best = _per_round_typical(times)
 
     def curve(c: int, slots: int, floor: tuple[float, ...], n: int) -> tuple[float, ...]:
         """Times by pending count (the first n), non-decreasing and never below `floor` (a shorter
@@ -205,9 +209,22 @@ def _prompted(model, mask_id: int, ids: list[int]) -> BlockCache:
     return cache
 
 
+def _per_round_typical(times: dict[tuple[int, int, int], list[float]]) -> dict[tuple[int, int, int], float]:
+    """Each shape's time: its median over rounds of its time over the AR step's (1 pending token, no
+    block) in the same round and context, times the AR step's fastest. A round's shapes ran within
+    seconds of each other, so the machine's state in that round (its clock, other work) cancels from
+    the ratio, where fastest times taken shape by shape each come from their luckiest round."""
+    out = {}
+    for (c, n, s), ts in times.items():
+        ar = times.get((c, 1, 0))  # measured unless `pending` left out 1 token
+        ratios = sorted(t / a for t, a in zip(ts, ar or ()))
+        out[(c, n, s)] = min(ar) * ratios[(len(ratios) - 1) // 2] if ratios else min(ts)
+    return out
+
+
 def _spread(per_shape: list[list[float]]) -> float:
     """The median over shapes of how far a shape's two fastest times are apart (second / first - 1)."""
-    gaps = sorted(b / a - 1.0 if a > 0 else 0.0 for a, b in (sorted(t)[:2] for t in per_shape if len(t) >= 2))
+    gaps = sorted((b - a) / max(a, JITTER_S) for a, b in (sorted(t)[:2] for t in per_shape if len(t) >= 2))
     return gaps[len(gaps) // 2] if gaps else 0.0
 
 

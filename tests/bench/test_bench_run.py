@@ -370,6 +370,24 @@ def test_a_compiled_method_is_warmed_up_and_decodes_what_its_eager_twin_does(tin
     assert by["ar@compile=true"] == by["ar"] and by["ar"]
 
 
+def test_a_compiled_block_method_is_warmed_up_with_its_block_steps(tiny_dir, tmp_path, monkeypatch):
+    """Block steps take compiled graphs of their own: the warm-up feeds them too, so that no timed run
+    compiles. (torch.compile stands aside here: what is checked is what the warm-up is asked.)"""
+    from pardec.core import cost
+
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: model)
+    warmed = []
+    monkeypatch.setattr(
+        cost, "warm_up", lambda model, mask_id, block_size=0: warmed.append(block_size) or 0.0
+    )
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "hello world"}) + "\n")
+    code = main(f"bench --model {tiny_dir} --dtype float32 --adapter none --task jsonl:{prompts} "
+                f"--max-new-tokens 4 --out {tmp_path / 'out'} --block-size 3 "
+                "--methods ar@compile=true,spec@compile=true,spec".split())  # fmt: skip
+    assert code == 0 and warmed == [0, 3]  # ar's plain steps; spec's with blocks of 3 slots; eager spec none
+
+
 class FakeLlama:
     """llama-cpp-python's Llama as the runner uses it: reset, n_ctx, a greedy token stream."""
 

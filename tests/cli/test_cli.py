@@ -350,6 +350,7 @@ def test_profile_prints_the_step_cost_and_caches_it(tiny_dir, capsys, tmp_path, 
     code, out, err = run_cli(capsys, *args, "--out", str(tmp_path / "p"))
     assert code == 0, err
     assert "| pending |" in out and (tmp_path / "p" / "step_cost.png").stat().st_size > 0
+    assert "two fastest times" in out  # the measurement's own noise, beside the curve
     assert "+ 2 slots, x AR" in out  # a shorter block than D, measured too
     saved = json.loads((tmp_path / "p" / "step_cost.json").read_text())
     assert saved["block_size"] == 4 and saved["key"]["model"] == tiny_dir

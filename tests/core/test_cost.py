@@ -20,10 +20,11 @@ def tiny():
 
 
 class Clock:
-    """Seconds that pass only in block steps: 1 ms a token fed, times 1 + `busier` x the rounds done
-    (a machine that grows busier while it measures), so that the measurement sees chosen times."""
+    """Seconds that pass only in block steps: 10 ms a token fed, times 1 + `busier` x the rounds done
+    (a machine that grows busier while it measures), and times `lucky_ar` for the first round's AR
+    step (one lucky moment), so that the measurement sees chosen times."""
 
-    def __init__(self, monkeypatch, busier: float = 0.0):
+    def __init__(self, monkeypatch, busier: float = 0.0, lucky_ar: float = 1.0):
         self.now, self.calls, self.busier = 0.0, 0, busier
         real = cost_module.block_step
 
@@ -31,7 +32,8 @@ class Clock:
             self.calls += 1
             slots = sum(len(b.slots) for b in blocks[0]) if blocks else 0
             rounds_done = max(self.calls - 3, 0) // SHAPES  # past a prefill and the adapters' warm-up
-            self.now += 1e-3 * (len(pending[0]) + slots) * (1 + busier * rounds_done)
+            lucky = lucky_ar if (len(pending[0]), slots, rounds_done) == (1, 0, 0) else 1.0
+            self.now += 1e-2 * (len(pending[0]) + slots) * (1 + busier * rounds_done) * lucky
             return real(model, cache, pending, blocks, *args, **kwargs)
 
         monkeypatch.setattr(cost_module, "block_step", timed)
@@ -60,7 +62,7 @@ def test_a_busy_machine_measures_up_to_twice_the_rounds_and_its_curve_keeps_the_
     cost = measure(model, mask_id, 4, contexts=CONTEXTS, rounds=3, budget_s=1e9, clock=clock)
     assert clock.calls == 3 + SHAPES * 6 * 2  # never settled: twice the 3 rounds per context
     assert cost.spread == pytest.approx(0.5)  # each shape's second time was 1.5x its first
-    assert cost.seconds(1, 16) == pytest.approx(1e-3)  # the first, quiet round's
+    assert cost.seconds(1, 16) == pytest.approx(1e-2)  # the first, quiet round's
     clock.calls = 0
     measure(model, mask_id, 4, contexts=CONTEXTS, rounds=3, budget_s=0.0, clock=clock)
     assert clock.calls == 3 + SHAPES * 2 * 2  # a busy machine is no reason to overrun the budget
@@ -79,3 +81,14 @@ def test_a_curve_measured_busy_plans_its_run_but_is_not_cached(tiny, monkeypatch
     assert StepCost.from_json(json.loads(files[0].read_text())) == cost
     again = load_or_measure(model, mask_id, 4, {"model": "tiny"}, tmp_path)
     assert again == cost and "measuring" not in capsys.readouterr().err  # read back, not measured
+
+
+def test_a_lucky_moment_for_one_shape_does_not_skew_the_curve(tiny, monkeypatch):
+    """Each shape is timed against the AR step of its own round: one fast AR step (a moment of a higher
+    clock) would make every other shape look 25% dearer if each shape kept its own fastest time."""
+    model, mask_id = tiny
+    clock = Clock(monkeypatch, lucky_ar=0.8)
+    cost = measure(model, mask_id, 4, contexts=CONTEXTS, rounds=3, budget_s=1e9, clock=clock)
+    for n in (1, 4, 8):
+        assert cost.relative(n, 16) == pytest.approx(n)
+        assert cost.relative(n, 16, block=True) == pytest.approx(n + 4)
