@@ -23,7 +23,7 @@ class DecodeConfig:
     fallback: bool = False
     # spec with adaptive: where a looked-up chain would be verified in a plain step (no block, cheaper),
     # count what a block step also brings: the next step's drafts from its block (their recent yield)
-    plan_ahead: bool = False
+    plan_ahead: bool = True
     # spec: where the block sits among the drafts. block_at: after at most this many (fixed); None:
     # after those whose confidences' product stays >= block_reach (likely to be accepted; 0: after all)
     block_at: int | None = None
