@@ -143,6 +143,10 @@ def measure(model, mask_id: int, block_size: int, pending: tuple[int, ...] = PEN
         if c == contexts[0]:  # one untimed block step: the adapters' first call, off the clock
             out = block_step(model, cache, [[0]], [[Block(0, [mask_id] * block_size)]], 1, mask_id)
             cache.commit(out.fed_pos, torch.zeros_like(out.pending_valid), out.block_logits.shape[1])
+        # and one untimed AR step: every shape is timed against its round's AR step, so that step's
+        # first call at this context stays off the clock
+        out = block_step(model, cache, [[0]], None, 1, mask_id)
+        cache.commit(out.fed_pos, torch.zeros_like(out.pending_valid), 0)
         start, share = clock(), budget_s / len(contexts)
         for r in range(2 * max(rounds, 2)):
             if r >= 2:
@@ -210,10 +214,11 @@ def _prompted(model, mask_id: int, ids: list[int]) -> BlockCache:
 
 
 def _per_round_typical(times: dict[tuple[int, int, int], list[float]]) -> dict[tuple[int, int, int], float]:
-    """Each shape's time: its median over rounds of its time over the AR step's (1 pending token, no
-    block) in the same round and context, times the AR step's fastest. A round's shapes ran within
-    seconds of each other, so the machine's state in that round (its clock, other work) cancels from
-    the ratio, where fastest times taken shape by shape each come from their luckiest round."""
+    """Each shape's time: its median over rounds (the lower middle one of an even count) of its time
+    over the AR step's (1 pending token, no block) in the same round and context, times the AR step's
+    fastest. A round's shapes ran within seconds of each other, so the machine's state in that round
+    (its clock, other work) cancels from the ratio, where fastest times taken shape by shape each come
+    from their luckiest round."""
     out = {}
     for (c, n, s), ts in times.items():
         ar = times.get((c, 1, 0))  # measured unless `pending` left out 1 token

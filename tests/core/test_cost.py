@@ -31,7 +31,7 @@ class Clock:
         def timed(model, cache, pending, blocks, *args, **kwargs):
             self.calls += 1
             slots = sum(len(b.slots) for b in blocks[0]) if blocks else 0
-            rounds_done = max(self.calls - 3, 0) // SHAPES  # past a prefill and the adapters' warm-up
+            rounds_done = max(self.calls - 4, 0) // SHAPES  # past a prefill, a block and an AR step untimed
             lucky = lucky_ar if (len(pending[0]), slots, rounds_done) == (1, 0, 0) else 1.0
             self.now += 1e-2 * (len(pending[0]) + slots) * (1 + busier * rounds_done) * lucky
             return real(model, cache, pending, blocks, *args, **kwargs)
@@ -47,11 +47,11 @@ def test_a_slow_machine_measures_fewer_rounds_not_for_longer(tiny, monkeypatch):
     model, mask_id = tiny
     clock = Clock(monkeypatch)
     cost = measure(model, mask_id, 4, contexts=CONTEXTS, rounds=4, budget_s=1e9, clock=clock)
-    assert clock.calls == 3 + SHAPES * 4 * 2  # a prefill per context, a warm-up, then the rounds
+    assert clock.calls == 5 + SHAPES * 4 * 2  # a prefill and an AR step per context, a block, the rounds
     assert cost.spread == 0.0
     clock.calls = 0
     cost = measure(model, mask_id, 4, contexts=CONTEXTS, rounds=4, budget_s=0.0, clock=clock)
-    assert clock.calls == 3 + SHAPES * 2 * 2
+    assert clock.calls == 5 + SHAPES * 2 * 2
     assert cost.contexts == CONTEXTS
     assert all(cost.seconds(n, 50, 4) >= cost.seconds(n, 50) > 0 for n in (1, 8))
 
@@ -60,12 +60,12 @@ def test_a_busy_machine_measures_up_to_twice_the_rounds_and_its_curve_keeps_the_
     model, mask_id = tiny
     clock = Clock(monkeypatch, busier=0.5)
     cost = measure(model, mask_id, 4, contexts=CONTEXTS, rounds=3, budget_s=1e9, clock=clock)
-    assert clock.calls == 3 + SHAPES * 6 * 2  # never settled: twice the 3 rounds per context
+    assert clock.calls == 5 + SHAPES * 6 * 2  # never settled: twice the 3 rounds per context
     assert cost.spread == pytest.approx(0.5)  # each shape's second time was 1.5x its first
     assert cost.seconds(1, 16) == pytest.approx(1e-2)  # the first, quiet round's
     clock.calls = 0
     measure(model, mask_id, 4, contexts=CONTEXTS, rounds=3, budget_s=0.0, clock=clock)
-    assert clock.calls == 3 + SHAPES * 2 * 2  # a busy machine is no reason to overrun the budget
+    assert clock.calls == 5 + SHAPES * 2 * 2  # a busy machine is no reason to overrun the budget
 
 
 def test_a_curve_measured_busy_plans_its_run_but_is_not_cached(tiny, monkeypatch, tmp_path, capsys):
