@@ -97,8 +97,8 @@ def run_bench(
     prompts = [runners[0].lm.encode(it.prompt, chat) for it in items]
     for r in runners:  # warm-up, untimed: first calls allocate and tune kernels
         if r.lm.compile:  # and compile every step shape (model/compiled.py), block steps' too
-            config = getattr(r, "config", None)
-            blocks = config.block_size if config and config.method in ("spec", "threshold", "eb") else 0
+            config = getattr(r, "config", None)  # a decode runner's; hf and llama.cpp have none
+            blocks = config.model_block_slots if config else 0
             seconds = step_cost.warm_up(r.lm.decoder, r.lm.mask_id, block_size=blocks)
             print(f"bench: {r.spec.label}: steps compiled in {seconds:.0f} s", file=sys.stderr)
         r.run(prompts[0], max_new_tokens=4)

@@ -53,8 +53,7 @@ def run(args) -> None:
     if args.compile:  # compile every step shape before the first request, not during it
         from ..core.cost import warm_up
 
-        blocks = config.block_size if config.method in ("spec", "threshold", "eb") else 0
-        seconds = warm_up(lm.decoder, lm.mask_id, block_size=blocks)
+        seconds = warm_up(lm.decoder, lm.mask_id, block_size=config.model_block_slots)
         print(f"pardec serve: steps compiled in {seconds:.0f} s", file=sys.stderr)
     name = args.served_model_name or args.model
     engine = Engine(lm, extras, args.max_batch, args.max_queue, Metrics())

@@ -129,6 +129,13 @@ class DecodeConfig:
         return 0 if self.method == "ar" else self.block_size
 
     @property
+    def model_block_slots(self) -> int:
+        """Slots of the [MASK] blocks the model itself is fed (spec, threshold, eb), whose compiled
+        block steps warm up before timing or serving; 0 where it is fed none (ar; dflash's drafter
+        predicts the blocks)."""
+        return self.block_size if self.method in ("spec", "threshold", "eb") else 0
+
+    @property
     def room(self) -> int:
         """Positions a step may use past the committed text: drafts, a block after them, and one more."""
         drafts = max(self.slots, self.lookup if self.method in ("spec", "threshold") else 0)
