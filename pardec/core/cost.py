@@ -141,12 +141,10 @@ def measure(model, mask_id: int, block_size: int, pending: tuple[int, ...] = PEN
     for c in contexts:
         cache = _prompted(model, mask_id, torch.randint(0, vocab, (c,), generator=g).tolist())
         if c == contexts[0]:  # one untimed block step: the adapters' first call, off the clock
-            out = block_step(model, cache, [[0]], [[Block(0, [mask_id] * block_size)]], 1, mask_id)
-            cache.commit(out.fed_pos, torch.zeros_like(out.pending_valid), out.block_logits.shape[1])
+            _discarded_step(model, cache, [0], block_size, mask_id)
         # and one untimed AR step: every shape is timed against its round's AR step, so that step's
         # first call at this context stays off the clock
-        out = block_step(model, cache, [[0]], None, 1, mask_id)
-        cache.commit(out.fed_pos, torch.zeros_like(out.pending_valid), 0)
+        _discarded_step(model, cache, [0], 0, mask_id)
         start, share = clock(), budget_s / len(contexts)
         for r in range(2 * max(rounds, 2)):
             if r >= 2:
@@ -199,10 +197,16 @@ def warm_up(
     shapes = [(n, 0) for n in pending]
     shapes += [(n, block_size) for n in pending if block_size and n + block_size <= STEP_TOKENS]
     for n, slots in shapes:
-        blocks = [[Block(0, [mask_id] * slots)]] if slots else None
-        out = block_step(model, cache, [[0] * n], blocks, n, mask_id)
-        cache.commit(out.fed_pos, torch.zeros_like(out.pending_valid), out.block_logits.shape[1])
+        _discarded_step(model, cache, [0] * n, slots, mask_id)
     return time.perf_counter() - start
+
+
+def _discarded_step(model, cache: BlockCache, ids: list[int], slots: int, mask_id: int) -> None:
+    """Feed `ids` and, with `slots`, a block of that many [MASK] slots after them, keeping nothing:
+    the cache returns to the same committed text."""
+    blocks = [[Block(0, [mask_id] * slots)]] if slots else None
+    out = block_step(model, cache, [ids], blocks, len(ids), mask_id)
+    cache.commit(out.fed_pos, torch.zeros_like(out.pending_valid), out.block_logits.shape[1])
 
 
 def _prompted(model, mask_id: int, ids: list[int]) -> BlockCache:
