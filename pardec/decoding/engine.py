@@ -210,14 +210,23 @@ def decode(
 
 
 def _same_shape(blocks: list[list[Block] | None], mask_id: int, pad_id: int = 0) -> list[list[Block]] | None:
-    """Every row feeds the same blocks' shape, the longest any row wants (rows want the same kinds in
-    the same order, some fewer of them): a row that wants fewer (a plain AR step, or no branch while
-    others feed one) gets filler blocks of that shape, whose logits its policy never reads."""
-    shape = max((b for b in blocks if b is not None), key=len, default=None)
-    if shape is None:
+    """Every row feeds the same blocks' shape: its [MASK] blocks, then its branches (causal), each
+    kind as many as any row wants. A row that wants fewer (a plain AR step, one block where another
+    row feeds a fallback block too, no branch where others feed one) gets filler blocks at the end of
+    that kind, whose logits its policy never reads (it reads its own blocks by their count)."""
+    wanted = [b for b in blocks if b is not None]
+    if not wanted:
         return None
-    filler = [Block(0, [pad_id if b.causal else mask_id] * len(b.slots), b.causal) for b in shape]
-    return [filler if b is None else b + filler[len(b) :] for b in blocks]
+    shape = []  # per kind: the longest run of that kind any row wants, as filler
+    for causal in (False, True):
+        runs = [[blk for blk in b if blk.causal == causal] for b in wanted]
+        longest = max(runs, key=len)
+        shape.append([Block(0, [pad_id if causal else mask_id] * len(blk.slots), causal) for blk in longest])
+    out = []
+    for b in blocks:
+        own = [[blk for blk in b or () if blk.causal == causal] for causal in (False, True)]
+        out.append([blk for kind, fill in zip(own, shape) for blk in kind + fill[len(kind) :]])
+    return out
 
 
 def _truncate(row: Row, tokens: list[int], stop_ids, on_commit) -> list[int]:

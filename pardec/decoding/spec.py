@@ -160,6 +160,7 @@ class Speculative(Verifier):
         self.batch_fed = 0  # tokens the last step fed over the whole batch (0: one row)
         self.batch_ar = False  # this step is a plain AR step for the whole batch
         self.batch_rows = 1  # rows this step decodes
+        self.batch_fallback = False  # a row of this step feeds a fallback block (so every row has its slots)
         self.all_plain = False  # no row of this step feeds a block (its rows may still feed branches)
         self.width = config.block_size  # slots of each block this step feeds
         self.lookup_stats = (extras or {}).get("lookup") or lookup.LookupStats()  # shared if given
@@ -313,7 +314,7 @@ class Speculative(Verifier):
         if the tokens they are expected to commit (each row's recent tokens per block step) come
         faster than plain AR steps for every row would."""
         self.batch_ar, self.width = False, self.cfg.block_size
-        self.batch_rows = len(rows)
+        self.batch_rows, self.batch_fallback = len(rows), False
         if self.cfg.lookup:
             for row in rows:
                 self.look_up(row)
@@ -401,18 +402,21 @@ class Speculative(Verifier):
         """With `adaptive` and `fallback`: whether the step also feeds a block after no drafts, beside
         the one after the R > 0 drafts likely to be accepted. Where fewer than R are, the next step then
         has that block's drafts instead of none: worth P(fewer than R accepted) times what a step with
-        drafts commits beyond its bonus (the row's recent block steps), against its slots' cost here."""
+        drafts commits beyond its bonus (the row's recent block steps), against its slots' cost here.
+        Rows of a batch feed one shape, so the first row's fallback block gives every row its slots:
+        it pays for all of them, and rows planned after it feed theirs at no further cost."""
         st: SpecDrafts = row.state
         if not self.cfg.fallback or self.cost is None or self.cfg.draft_blocks > 1 or self.plain(row):
-            return False
-        if self.batch_rows > 1:  # rows of a batch feed blocks of one shape: one block each, as planned
             return False
         R = self.block_lengths(row)[0]
         if R == 0 or st.predicted is None:
             return False
         miss = 1.0 - min(1.0, float(st.predicted[R - 1]) * st.plan.scale)  # P(fewer than R accepted)
-        after = (PRIOR_TOKENS if st.plan.tokens is None else st.plan.tokens) - 1.0
-        return self._pays(row, miss * max(after, 0.0), self.width)
+        gain = miss * max((PRIOR_TOKENS if st.plan.tokens is None else st.plan.tokens) - 1.0, 0.0)
+        if self.batch_fallback:
+            return gain > 0.0
+        self.batch_fallback = self._pays(row, gain, self.width * self.batch_rows)
+        return self.batch_fallback
 
     def plan_fork(self, row) -> int | None:
         """The fed draft the branches replace, or None for no branches. The other candidate (lookup or

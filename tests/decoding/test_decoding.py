@@ -85,15 +85,16 @@ class OracleSpec(Speculative):
     right): exercises full acceptance, partial acceptance and rejection, the same way whichever
     forward proposes a given position."""
 
-    truth: list[int] = []
+    truth: list[int] | dict[int, list[int]] = []  # AR's tokens; in a batch, per row index
 
     def update(self, row, ntp, block):
         upd = super().update(row, ntp, block)
         if row.state.tokens:
+            truth = self.truth[row.index] if isinstance(self.truth, dict) else self.truth
             start = len(row.committed) + len(upd.commit) - row.n_prompt  # first new-token index drafted
             drafts = []
             for i in range(start, start + len(row.state.tokens)):
-                t = self.truth[i]
+                t = truth[i]
                 drafts.append((t + 1) % (self.mask_id - 1) if (i * 2654435761) % 97 % 10 < 2 else t)
             row.state.tokens = drafts
         return upd

@@ -330,13 +330,21 @@ def test_what_rows_learned_about_failing_blocks_carries_to_the_next_request(tiny
 
 
 class Counted(OracleSpec):
-    """The oracle's drafts; records per step how many blocks were fed and how many drafts."""
+    """The oracle's drafts; records per row's step how many blocks were fed and how many drafts, and
+    per batch step each row's count of [MASK] blocks and of branches."""
 
     log: list[tuple[int, int]] = []
+    steps: list[list[tuple[int, int]]] = []
+
+    def before_step(self, rows):
+        Counted.steps.append([])
+        super().before_step(rows)
 
     def blocks(self, row):
         out = super().blocks(row)
         Counted.log.append((len(out or ()), len(row.state.tokens)))
+        branches = sum(b.causal for b in out or ())
+        Counted.steps[-1].append((len(out or ()) - branches, branches))
         return out
 
 
@@ -364,12 +372,44 @@ def test_a_fallback_block_after_no_drafts_is_fed_where_it_pays_and_output_stays_
     assert fed["steep", True] < fed["flat", True]  # dear slots: fed only where it pays, if at all
 
 
-def test_a_batch_feeds_one_block_per_row_with_fallback_and_stays_ar(tiny):
+@pytest.mark.parametrize("tree", [0, 2])
+def test_a_batch_feeds_fallback_blocks_beside_rows_with_one_and_stays_ar(tiny, monkeypatch, tree):
+    """Rows of a batch feed one shape: where one row feeds a fallback block the others get filler
+    slots in its place, before any row's branches, and every row's text stays AR's."""
     model, mask_id = tiny
     ar = run(model, mask_id, PROMPTS, method="ar", max_new_tokens=24)
-    config = DecodeConfig(method="spec", block_size=4, adaptive=True, max_new_tokens=24, fallback=True)
+    Counted.truth = {i: a.tokens + [0] * 8 for i, a in enumerate(ar)}
+    use_policy(Counted, monkeypatch)
+    Counted.log, Counted.steps = [], []
+    config = DecodeConfig(method="spec", block_size=4, adaptive=True, max_new_tokens=24, lookup=0,
+                          block_reach=0.0, fallback=True, tree=tree)  # fmt: skip
     got = decode(model, PROMPTS, config, mask_id, extras={"cost": FLAT})
     assert [g.tokens for g in got] == [a.tokens for a in ar]
+    # Steps where one row fed a fallback block while another fed a single block (or none).
+    mixed = [s for s in Counted.steps if max(k for k, _ in s) == 2 and min(k for k, _ in s) < 2]
+    assert mixed
+    if tree:  # ... and some of them with branches after the blocks
+        assert any(b for s in mixed for _, b in s)
+
+
+def test_a_batch_prices_its_first_fallback_block_for_every_row_and_the_rest_free():
+    from pardec.decoding.spec import SpecDrafts, Speculative
+    from pardec.decoding.state import Row
+
+    cost = linear_cost(per_token=0.1)  # each token fed costs a tenth of an AR step
+    config = DecodeConfig(method="spec", block_size=4, adaptive=True, fallback=True, block_reach=0.0)
+
+    def wants(rows: int, given: bool) -> bool:
+        policy = Speculative(config, 9, None, extras={"cost": cost})
+        st = SpecDrafts(tokens=[1, 2, 3])
+        st.reach = st.predicted = torch.tensor([0.6, 0.4, 0.3])  # 70% that not all 3 are accepted
+        st.plan.block, st.plan.fed, st.plan.slots, st.plan.tokens = True, 3, 4, 3.0
+        policy.batch_rows, policy.batch_fallback = rows, given
+        return policy.plan_fallback(Row(0, list(range(20)), 10, 100, st))
+
+    assert wants(1, False)  # 4 slots pay for one row
+    assert not wants(3, False)  # 12 (a filler block in every row) do not
+    assert wants(3, True)  # once another row feeds one, this row's slots are there anyway
 
 
 @pytest.mark.parametrize("plan_ahead", [False, True])
