@@ -214,19 +214,15 @@ def _same_shape(blocks: list[list[Block] | None], mask_id: int, pad_id: int = 0)
     kind as many as any row wants. A row that wants fewer (a plain AR step, one block where another
     row feeds a fallback block too, no branch where others feed one) gets filler blocks at the end of
     that kind, whose logits its policy never reads (it reads its own blocks by their count)."""
-    wanted = [b for b in blocks if b is not None]
-    if not wanted:
+    if all(b is None for b in blocks):
         return None
-    shape = []  # per kind: the longest run of that kind any row wants, as filler
-    for causal in (False, True):
-        runs = [[blk for blk in b if blk.causal == causal] for b in wanted]
-        longest = max(runs, key=len)
-        shape.append([Block(0, [pad_id if causal else mask_id] * len(blk.slots), causal) for blk in longest])
-    out = []
-    for b in blocks:
-        own = [[blk for blk in b or () if blk.causal == causal] for causal in (False, True)]
-        out.append([blk for kind, fill in zip(own, shape) for blk in kind + fill[len(kind) :]])
-    return out
+    # Per row: its [MASK] blocks, then its branches.
+    kinds = [[[blk for blk in b or () if blk.causal == causal] for causal in (False, True)] for b in blocks]
+    fill = [  # per kind: filler shaped as the longest run of that kind any row wants
+        [Block(0, [pad_id if causal else mask_id] * len(blk.slots), causal) for blk in max(runs, key=len)]
+        for causal, runs in zip((False, True), zip(*kinds))
+    ]
+    return [[blk for own, f in zip(k, fill) for blk in own + f[len(own) :]] for k in kinds]
 
 
 def _truncate(row: Row, tokens: list[int], stop_ids, on_commit) -> list[int]:

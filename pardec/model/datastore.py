@@ -211,8 +211,10 @@ def locate(model: str, adapter: Path | None) -> Path | None:
 
     folders = [adapter]
     if model in PACKAGED:
-        folders += [BUNDLED / model, PACKAGED[model].store_from and BUNDLED / PACKAGED[model].store_from]
+        folders.append(BUNDLED / model)
+        if PACKAGED[model].store_from:
+            folders.append(BUNDLED / PACKAGED[model].store_from)
     for folder in folders:
-        if folder and (Path(folder) / FILE).is_file():
+        if folder is not None and (Path(folder) / FILE).is_file():
             return Path(folder) / FILE
     return None
